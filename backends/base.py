@@ -1,0 +1,87 @@
+"""The interface every backend implements, and the argument record the runtime hands to it.
+
+A backend turns a `loop.Kernel` into source text with no device (`codegen`), builds that source
+into something launchable (`build`, cached on disk through `serialize`/`deserialize`) and
+launches it on a grid (`launch`).  The runtime (`kdsl/runtime/`) owns specialisation, caching
+and argument checking; the backend owns memory: it copies NumPy arrays to its device and back
+(only the parameters in `kernel.attrs["stored_params"]` are copied back) and uses its own
+device arrays in place.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from kdsl.ir import loop
+from kdsl.target import Target
+
+
+@dataclass
+class BoundArg:
+    """One runtime argument after binding.
+
+    kind   "array": `value` is the user's array object (NumPy array, or the backend's device
+           array); `host` is a C-contiguous NumPy view of it when it lives on the host
+           (NumPy or DLPack CPU object), else None; `nbytes` its size in bytes.
+           "scalar": `value` is a Python int/float already range-checked for `dtype`.
+    """
+
+    name: str
+    kind: str
+    dtype: Any  # kdsl DType (array element type, or scalar type)
+    value: Any
+    host: Any = None
+    nbytes: int = 0
+    numel: int = 0
+
+
+class Backend(ABC):
+    """One code generator + runtime.  Subclasses are registered in `backends/__init__.py`."""
+
+    name: str = ""
+    #: capabilities the shared lowering may use (see `kdsl.target.Target.caps`)
+    caps: frozenset[str] = frozenset()
+
+    @abstractmethod
+    def is_available(self) -> bool:
+        """True when kernels can run here (imports optional packages lazily, never raises)."""
+
+    @abstractmethod
+    def target(self, num_warps: int) -> Target:
+        """The lowering target for a launch with `num_warps` (ignored by the CPU backend).
+        Must not need a device (code generation works everywhere)."""
+
+    @abstractmethod
+    def hash(self) -> str:
+        """Identity of the compiler toolchain and device, part of the cache key."""
+
+    def add_stages(self, kernel: loop.Kernel, stages: dict[str, str]) -> None:
+        """Add backend-specific IR stages (e.g. optimised LLVM IR, PTX) to `stages`."""
+
+    @abstractmethod
+    def codegen(self, kernel: loop.Kernel) -> str:
+        """Source text (LLVM IR, OpenCL C, CUDA C) for `kernel`; needs no device."""
+
+    @abstractmethod
+    def build(self, kernel: loop.Kernel, source: str) -> Any:
+        """Compile `source` into a launchable handle (may return cached binaries)."""
+
+    def serialize(self, handle: Any) -> bytes | None:
+        """Bytes to store in the on-disk cache, or None when the handle cannot be stored."""
+        return None
+
+    def deserialize(self, kernel: loop.Kernel, data: bytes) -> Any:
+        """Inverse of `serialize`."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def launch(
+        self, handle: Any, kernel: loop.Kernel, grid: tuple[int, int, int], args: list[BoundArg]
+    ) -> None:
+        """Run `grid[0]*grid[1]*grid[2]` program instances; `args` follow `kernel.params`."""
+
+    def owns(self, array: Any) -> bool:
+        """True when `array` is this backend's device array (used to pick a default backend)."""
+        return False

@@ -1,0 +1,19 @@
+"""kdsl: a tile-level kernel DSL for Python with LLVM (CPU), OpenCL and CUDA backends.
+
+Public names only; see CONTRACT.md / docs/language.md.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import CompilationError, OutOfBoundsError
+from .language import *  # noqa: F401,F403  (kd.program_id, kd.load, kd.float16, kd.constexpr, ...)
+from .language import __all__ as _language_all
+from .runtime.jit import JITFunction, jit
+from .runtime.registry import available_backends
+
+__all__ = [
+    "__version__", "CompilationError", "OutOfBoundsError", "JITFunction", "jit",
+    "available_backends", *_language_all,
+]

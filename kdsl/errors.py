@@ -1,0 +1,36 @@
+"""Exceptions raised to users."""
+
+from __future__ import annotations
+
+from .ir.tile import Loc
+
+
+class CompilationError(Exception):
+    """A kernel the compiler rejects. The message names the kernel's file, line and source line,
+    with a caret under the offending column."""
+
+    def __init__(self, msg: str, loc: Loc | None = None, kernel: str | None = None):
+        self.msg = msg
+        self.loc = loc
+        self.kernel = kernel
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if self.loc is None or not self.loc.line:
+            return self.msg
+        where = f'File "{self.loc.file}", line {self.loc.line}'
+        if self.kernel:
+            where += f", in {self.kernel}"
+        lines = [where]
+        if self.loc.text:
+            text = self.loc.text.rstrip()
+            stripped = text.lstrip()
+            lines.append("    " + stripped)
+            col = max(0, self.loc.col - (len(text) - len(stripped)))
+            lines.append("    " + " " * col + "^")
+        lines.append(self.msg)
+        return "\n".join(lines)
+
+
+class OutOfBoundsError(Exception):
+    """A checked launch found a load or store outside the array its pointer came from."""

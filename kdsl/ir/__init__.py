@@ -1,0 +1,1 @@
+"""Intermediate representations: `tile` (SSA tiles), `loop` (threads, registers, shared memory)."""

@@ -1,0 +1,391 @@
+"""The Loop IR: what one thread of a program instance executes.
+
+A program instance (one `program_id`) runs on `Kernel.threads` threads (1 on the CPU: tile
+dimensions become loops; `num_warps * warp_size` on OpenCL/CUDA: a work-group / thread block).
+The lowering (`kdsl/passes/lower_tiles.py`) spreads the elements of a tile over the threads:
+flat element `e` (row-major) of a tile lives in thread `e % threads`, register slot
+`e // threads`.  Data that crosses threads goes through `shared` arrays between `Barrier`s.
+
+The IR is a small imperative language over scalars with mutable variables (C-like; the LLVM
+backend turns variables into allocas that mem2reg promotes):
+
+  expressions (pure, typed by `.dtype`):
+    Const(value, dtype)           Var(name, dtype)             Special(kind, axis)
+    Index(array, index)           Unary(op, x)                 Binary(op, a, b)
+    Select(cond, a, b)            Cast(x, dtype)               Bitcast(x, dtype)
+    Round(x, fmt)                 Fma(a, b, c)                 PtrAdd(ptr, offset)
+    Load(ptr, mask, other)
+
+  statements:
+    Assign(var, value)            ArrayStore(array, index, value)
+    Store(ptr, value, mask)       AtomicAdd(ptr, value, mask, result)
+    For(var, lo, hi, step, body)  While(cond_body, cond, body)
+    If(cond, then, orelse)        Barrier()                     Comment(text)
+
+Types: every expression has a `DType` or `PointerType`.  float16/bfloat16 never appear as the
+type of a variable or expression: values of those types are held in float32 (`compute_dtype`)
+and `Round(x, "float16" | "bfloat16")` rounds a float32 to the nearest representable value
+(ties to even), keeping the float32 type.  `Load` through a `ptr<float16>` gives float32;
+`Store`/`AtomicAdd` of a float32 through a `ptr<float16>` converts (exactly, the value having
+been rounded already).  Integer ops wrap in their type (int8 + int8 is int8).
+
+Unary ops:  neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil isnan
+Binary ops: add sub mul div (float: IEEE; int: C truncation, x/0 == 0) mod (int: C remainder,
+            x%0 == 0; float: fmod) pow and or xor shl shr (arithmetic for signed)
+            maximum minimum (float: NaN-propagating) eq ne lt le gt ge (-> int1, float ordered
+            except ne) land lor (int1)
+Special kinds: "tid" (thread index in the program, 0 on the CPU), "pid" and "nprog" with axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tile import Loc
+from .types import DType, PointerType, float32, int1, int32
+
+Type = DType | PointerType
+
+UNARY = frozenset(
+    "neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil isnan".split()
+)
+BINARY = frozenset(
+    "add sub mul div mod pow and or xor shl shr maximum minimum land lor".split()
+)
+COMPARE = frozenset("eq ne lt le gt ge".split())
+
+
+class Expr:
+    dtype: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: Any
+    dtype: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """A mutable scalar variable, declared in `Kernel.variables`."""
+
+    name: str
+    dtype: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Special(Expr):
+    kind: str  # "tid" | "pid" | "nprog"
+    axis: int = 0
+    dtype: Type = int32
+
+
+@dataclass(frozen=True, eq=False)
+class Array:
+    """A per-thread register array (`space="reg"`) or a per-program shared array
+    (`space="shared"`, OpenCL `__local`, CUDA `__shared__`) of `size` elements."""
+
+    name: str
+    dtype: Type
+    size: int
+    space: str = "reg"
+
+
+@dataclass(frozen=True, eq=False)
+class Index(Expr):
+    array: Array
+    index: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return self.array.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Expr):
+    op: str
+    x: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return int1 if self.op == "isnan" else self.x.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return int1 if self.op in COMPARE else self.a.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    """Numeric conversion: float->int truncates toward zero (saturating is not promised),
+    int->float rounds to nearest, int->int wraps or extends by the source's signedness,
+    int1 -> 0/1."""
+
+    x: Expr
+    dtype: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Bitcast(Expr):
+    x: Expr
+    dtype: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Round(Expr):
+    """Round a float32 to the nearest float16 or bfloat16 value (ties to even); stays float32."""
+
+    x: Expr
+    fmt: str  # "float16" | "bfloat16"
+
+    @property
+    def dtype(self) -> Type:
+        return float32
+
+
+@dataclass(frozen=True, eq=False)
+class Fma(Expr):
+    a: Expr
+    b: Expr
+    c: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class PtrAdd(Expr):
+    """`ptr + offset` elements of the pointee (offset: any integer type, sign-extended)."""
+
+    ptr: Expr
+    offset: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return self.ptr.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    """Read `*ptr` from global memory; with a mask, memory is not touched where the mask is
+    false and the value is `other`.  Type: compute type of the pointee."""
+
+    ptr: Expr
+    mask: Expr | None = None
+    other: Expr | None = None
+    loc: Loc | None = None
+
+    @property
+    def dtype(self) -> Type:
+        pointee = self.ptr.dtype.pointee
+        return float32 if pointee.name in ("float16", "bfloat16") else pointee
+
+
+class Stmt:
+    pass
+
+
+@dataclass(eq=False)
+class Assign(Stmt):
+    var: Var
+    value: Expr
+
+
+@dataclass(eq=False)
+class ArrayStore(Stmt):
+    array: Array
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    ptr: Expr
+    value: Expr
+    mask: Expr | None = None
+    loc: Loc | None = None
+
+
+@dataclass(eq=False)
+class AtomicAdd(Stmt):
+    """`result = atomic fetch-add(*ptr, value)` (relaxed) where mask; result may be None."""
+
+    ptr: Expr
+    value: Expr
+    mask: Expr | None = None
+    result: Var | None = None
+    loc: Loc | None = None
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """`for (var = lo; step > 0 ? var < hi : var > hi; var += step) body`.  All threads of a
+    program run the same trip count (bounds are uniform) so barriers inside are legal."""
+
+    var: Var
+    lo: Expr
+    hi: Expr
+    step: Expr
+    body: list[Stmt]
+
+
+@dataclass(eq=False)
+class While(Stmt):
+    """`while (true) { cond_body; if (!cond) break; body }` with a uniform condition."""
+
+    cond_body: list[Stmt]
+    cond: Expr
+    body: list[Stmt]
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Expr
+    then: list[Stmt]
+    orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """Work-group barrier with local-memory fence (no-op with one thread)."""
+
+
+@dataclass(eq=False)
+class Comment(Stmt):
+    text: str
+
+
+@dataclass
+class KParam:
+    name: str
+    dtype: Type
+
+
+@dataclass
+class Kernel:
+    """A lowered kernel.  `params` are the runtime parameters in call order; `variables` and
+    `arrays` are declared at function scope; `threads` is the number of threads per program."""
+
+    name: str
+    params: list[KParam]
+    body: list[Stmt]
+    variables: list[Var] = field(default_factory=list)
+    arrays: list[Array] = field(default_factory=list)
+    threads: int = 1
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------- printer
+
+_BIN_SYM = {
+    "add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&", "or": "|",
+    "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+    "gt": ">", "ge": ">=", "land": "&&", "lor": "||",
+}
+
+
+def format_expr(e: Expr) -> str:
+    match e:
+        case Const(value=v, dtype=t):
+            return f"{v!r}:{t}"
+        case Var(name=n):
+            return n
+        case Special(kind=k, axis=a):
+            return "tid" if k == "tid" else f"{k}{a}"
+        case Index(array=a, index=i):
+            return f"{a.name}[{format_expr(i)}]"
+        case Unary(op=o, x=x):
+            return f"{o}({format_expr(x)})"
+        case Binary(op=o, a=a, b=b) if o in _BIN_SYM:
+            return f"({format_expr(a)} {_BIN_SYM[o]} {format_expr(b)})"
+        case Binary(op=o, a=a, b=b):
+            return f"{o}({format_expr(a)}, {format_expr(b)})"
+        case Select(cond=c, a=a, b=b):
+            return f"({format_expr(c)} ? {format_expr(a)} : {format_expr(b)})"
+        case Cast(x=x, dtype=t):
+            return f"({t})({format_expr(x)})"
+        case Bitcast(x=x, dtype=t):
+            return f"bitcast<{t}>({format_expr(x)})"
+        case Round(x=x, fmt=f):
+            return f"round_{f}({format_expr(x)})"
+        case Fma(a=a, b=b, c=c):
+            return f"fma({format_expr(a)}, {format_expr(b)}, {format_expr(c)})"
+        case PtrAdd(ptr=p, offset=o):
+            return f"({format_expr(p)} +p {format_expr(o)})"
+        case Load(ptr=p, mask=None):
+            return f"*{format_expr(p)}"
+        case Load(ptr=p, mask=m, other=o):
+            return f"load({format_expr(p)}, mask={format_expr(m)}, other={format_expr(o)})"
+    raise TypeError(f"unknown expression {e!r}")
+
+
+def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
+    pad = "  " * indent
+    out: list[str] = []
+    for s in stmts:
+        match s:
+            case Assign(var=v, value=x):
+                out.append(f"{pad}{v.name} = {format_expr(x)}")
+            case ArrayStore(array=a, index=i, value=x):
+                out.append(f"{pad}{a.name}[{format_expr(i)}] = {format_expr(x)}")
+            case Store(ptr=p, value=x, mask=m):
+                cond = f" if {format_expr(m)}" if m is not None else ""
+                out.append(f"{pad}*{format_expr(p)} = {format_expr(x)}{cond}")
+            case AtomicAdd(ptr=p, value=x, mask=m, result=r):
+                lhs = f"{r.name} = " if r is not None else ""
+                cond = f" if {format_expr(m)}" if m is not None else ""
+                out.append(f"{pad}{lhs}atomic_add({format_expr(p)}, {format_expr(x)}){cond}")
+            case For(var=v, lo=lo, hi=hi, step=st, body=b):
+                out.append(f"{pad}for {v.name} in range({format_expr(lo)}, {format_expr(hi)}, "
+                           f"{format_expr(st)}):")
+                out += format_stmts(b, indent + 1)
+            case While(cond_body=cb, cond=c, body=b):
+                out.append(f"{pad}while:")
+                out += format_stmts(cb, indent + 1)
+                out.append(f"{pad}  break unless {format_expr(c)}")
+                out += format_stmts(b, indent + 1)
+            case If(cond=c, then=t, orelse=e):
+                out.append(f"{pad}if {format_expr(c)}:")
+                out += format_stmts(t, indent + 1)
+                if e:
+                    out.append(f"{pad}else:")
+                    out += format_stmts(e, indent + 1)
+            case Barrier():
+                out.append(f"{pad}barrier()")
+            case Comment(text=t):
+                out.append(f"{pad}# {t}")
+            case _:
+                raise TypeError(f"unknown statement {s!r}")
+    return out
+
+
+def print_kernel(k: Kernel) -> str:
+    lines = [f"kernel {k.name}({', '.join(f'{p.name}: {p.dtype}' for p in k.params)})"
+             f"  threads={k.threads} {{"]
+    for a in k.arrays:
+        lines.append(f"  {a.space} {a.dtype} {a.name}[{a.size}]")
+    if k.variables:
+        lines.append("  var " + ", ".join(f"{v.name}: {v.dtype}" for v in k.variables))
+    lines += format_stmts(k.body)
+    lines.append("}")
+    return "\n".join(lines)

@@ -1,0 +1,383 @@
+"""The Tile IR: SSA values of static-shape tiles, one `Op` class with a string kind, structured
+control flow (`for`, `while`, `if`) with block arguments, a verifier and a stable text printer.
+
+Ops (operands in order; `attrs` in braces; every value has a `TileType`):
+
+  const            {value}                  -> splat constant of the result type (scalar or tile)
+  program_id       {axis}                   -> int32 scalar
+  num_programs     {axis}                   -> int32 scalar
+  iota             {axis, start}            -> int32 tile; element = start + coordinate along `axis`
+                                               (`arange(s, e)` is iota of shape (e-s,), axis 0, start s)
+  splat            (x: scalar)              -> tile of x's elem with the result shape
+  broadcast        (x)                      -> same rank; dims of size 1 expanded to the result shape
+  reshape          (x)                      -> same numel, row-major order (also expand_dims / [:, None])
+  trans            (x) {perm}               -> permuted dims
+  <binary>         (a, b)                   -> same shape; a and b have equal types except shl/shr
+                   add sub mul div(true float division) floordiv (int: C truncation; float: floor)
+                   mod (int: C remainder; float: fmod) pow and or xor shl shr maximum minimum
+                   eq ne lt le gt ge (-> int1)
+  <unary>          (x)                      -> same type: neg not (bitwise, or logical on int1)
+                   exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil
+  fma              (a, b, c)                -> a * b + c, single rounding
+  where            (cond: int1, a, b)       -> a where cond else b
+  cast             (x)                      -> result elem; float->int truncates toward zero,
+                                               float->f16/bf16 rounds to nearest even
+  bitcast          (x)                      -> same bits, result elem of equal width
+  addptr           (ptr, offset: int)       -> ptr + offset elements
+  load             (ptr[, mask, other])     {volatile?} -> elements at ptr (other where mask false)
+  store            (ptr, value[, mask])     -> no result
+  atomic_add       (ptr, value[, mask])     -> old values
+  reduce           (x) {op, axis}           -> x with `axis` removed (scalar when x is 1-D);
+                                               op in sum max min argmax argmin (arg* give int32)
+  dot              (a: MxK, b: KxN, acc: MxN) {precision}  -> MxN (acc's elem)
+  hint             (x) {multiple_of?, max_contiguous?}     -> x, with a promise about its values
+  for              (lo, hi, step, *inits)   region body(iv, *carried) ending in `yield` -> results
+  while            (*inits)                 region cond(*carried) ending in `condition(c, *carried)`,
+                                            region body(*carried) ending in `yield` -> results
+  if               (cond)                   regions then, else, each ending in `yield` -> results
+  yield            (*values)                terminator
+  condition        (c, *values)             terminator of a while's cond region
+
+Shapes are equal on both sides of binary ops: the frontend inserts `broadcast`/`splat` first
+(rules in `kdsl/language/semantic.py`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .types import DType, PointerType, TileType, int1, int32
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Source location of an op: file, line (1-based, in the file) and the source line text."""
+
+    file: str = "<unknown>"
+    line: int = 0
+    col: int = 0
+    text: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+UNKNOWN_LOC = Loc()
+
+BINARY_OPS = frozenset(
+    "add sub mul div floordiv mod pow and or xor shl shr maximum minimum".split()
+)
+COMPARE_OPS = frozenset("eq ne lt le gt ge".split())
+UNARY_OPS = frozenset(
+    "neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil".split()
+)
+FLOAT_ONLY_UNARY = UNARY_OPS - {"neg", "not", "abs"}
+REDUCE_OPS = frozenset("sum max min argmax argmin".split())
+# Ops computed independently per element on operands and result of one shape.
+ELEMENTWISE = (
+    BINARY_OPS | COMPARE_OPS | UNARY_OPS
+    | {"fma", "where", "cast", "bitcast", "addptr", "load", "store", "atomic_add", "hint"}
+)
+SIDE_EFFECTS = frozenset({"store", "atomic_add"})
+TERMINATORS = frozenset({"yield", "condition"})
+
+_ids = itertools.count()
+
+
+class Value:
+    """An SSA value. `owner` is the producing Op, or the Block whose argument it is."""
+
+    __slots__ = ("type", "name", "owner", "id")
+
+    def __init__(self, type: TileType, name: str = "", owner: Any = None):
+        self.type = type
+        self.name = name
+        self.owner = owner
+        self.id = next(_ids)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def elem(self):
+        return self.type.elem
+
+    def __repr__(self) -> str:
+        return f"%{self.name or self.id}:{self.type}"
+
+
+class Block:
+    """A list of ops with block arguments (loop induction variable, carried values)."""
+
+    def __init__(self, args: list[Value] | None = None, ops: list[Op] | None = None):
+        self.args: list[Value] = args or []
+        for a in self.args:
+            a.owner = self
+        self.ops: list[Op] = ops or []
+
+    def add_arg(self, type: TileType, name: str = "") -> Value:
+        v = Value(type, name, self)
+        self.args.append(v)
+        return v
+
+    def append(self, op: Op) -> Op:
+        self.ops.append(op)
+        return op
+
+    @property
+    def terminator(self) -> Op | None:
+        return self.ops[-1] if self.ops and self.ops[-1].kind in TERMINATORS else None
+
+
+class Op:
+    """One operation. `attrs` values are hashable (ints, floats, strings, tuples, dtypes)."""
+
+    __slots__ = ("kind", "operands", "attrs", "results", "regions", "loc")
+
+    def __init__(
+        self,
+        kind: str,
+        operands: list[Value],
+        result_types: list[TileType] = (),
+        attrs: dict[str, Any] | None = None,
+        regions: list[Block] | None = None,
+        loc: Loc = UNKNOWN_LOC,
+    ):
+        self.kind = kind
+        self.operands = list(operands)
+        self.attrs = dict(attrs or {})
+        self.results = [Value(t, "", self) for t in result_types]
+        self.regions = list(regions or [])
+        self.loc = loc
+
+    @property
+    def result(self) -> Value:
+        assert len(self.results) == 1, self.kind
+        return self.results[0]
+
+    def key(self) -> tuple:
+        """Structural identity for CSE (ops without regions or side effects)."""
+        return (
+            self.kind,
+            tuple(o.id for o in self.operands),
+            tuple(sorted(self.attrs.items())),
+            tuple(r.type for r in self.results),
+        )
+
+    def walk(self) -> Iterator[Op]:
+        yield self
+        for r in self.regions:
+            for op in r.ops:
+                yield from op.walk()
+
+    def __repr__(self) -> str:
+        return f"Op({self.kind}, {self.operands}, {self.attrs})"
+
+
+@dataclass
+class Param:
+    """A kernel parameter: a runtime value (`value` is its block argument) or a constexpr."""
+
+    name: str
+    type: TileType | None  # None for constexpr
+    value: Value | None = None
+    constexpr: Any = None
+
+    @property
+    def is_constexpr(self) -> bool:
+        return self.type is None
+
+
+@dataclass
+class Function:
+    """A kernel after specialisation: runtime params are the body's block arguments."""
+
+    name: str
+    params: list[Param]
+    body: Block
+    loc: Loc = UNKNOWN_LOC
+    src_file: str = "<unknown>"
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def runtime_params(self) -> list[Param]:
+        return [p for p in self.params if not p.is_constexpr]
+
+    def walk(self) -> Iterator[Op]:
+        for op in self.body.ops:
+            yield from op.walk()
+
+
+# ----------------------------------------------------------------------------------- printer
+
+
+def print_function(fn: Function) -> str:
+    """Stable text form: values numbered in order of definition, one op per line."""
+    names: dict[int, str] = {}
+
+    def name(v: Value) -> str:
+        if v.id not in names:
+            names[v.id] = f"%{v.name}" if v.name and not v.name[0].isdigit() else f"%{len(names)}"
+            if names[v.id] in list(names.values())[:-1]:
+                names[v.id] = f"%{v.name}.{len(names)}"
+        return names[v.id]
+
+    lines: list[str] = []
+    params = []
+    for p in fn.params:
+        if p.is_constexpr:
+            params.append(f"{p.name}: constexpr = {p.constexpr!r}")
+        else:
+            params.append(f"{name(p.value)}: {p.type}")
+    lines.append(f"func @{fn.name}({', '.join(params)}) {{")
+
+    def attrs_str(op: Op) -> str:
+        if not op.attrs:
+            return ""
+        return " {" + ", ".join(f"{k}={v!r}" for k, v in sorted(op.attrs.items())) + "}"
+
+    def emit_block(block: Block, indent: int) -> None:
+        pad = "  " * indent
+        for op in block.ops:
+            res = ", ".join(name(r) for r in op.results)
+            lhs = f"{res} = " if res else ""
+            ops = ", ".join(name(o) for o in op.operands)
+            types = ", ".join(str(r.type) for r in op.results)
+            tail = f" : {types}" if types else ""
+            loc = f"  # line {op.loc.line}" if op.loc.line else ""
+            if not op.regions:
+                lines.append(f"{pad}{lhs}{op.kind}({ops}){attrs_str(op)}{tail}{loc}")
+                continue
+            lines.append(f"{pad}{lhs}{op.kind}({ops}){attrs_str(op)}{tail} {{{loc}")
+            for i, region in enumerate(op.regions):
+                args = ", ".join(f"{name(a)}: {a.type}" for a in region.args)
+                lines.append(f"{pad}  ^region{i}({args}):")
+                emit_block(region, indent + 2)
+            lines.append(f"{pad}}}")
+
+    emit_block(fn.body, 1)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- verifier
+
+
+class VerifyError(Exception):
+    """The IR breaks an invariant (a compiler bug, not a user error)."""
+
+
+def _check(cond: bool, op: Op, msg: str) -> None:
+    if not cond:
+        raise VerifyError(f"{op.kind} at {op.loc}: {msg}")
+
+
+def _verify_op(op: Op) -> None:
+    k, ins, outs = op.kind, op.operands, op.results
+    t = outs[0].type if outs else None
+    if k in BINARY_OPS:
+        _check(len(ins) == 2 and ins[0].shape == ins[1].shape == t.shape, op, "shapes differ")
+        if k not in ("shl", "shr"):
+            _check(ins[0].type == ins[1].type == t, op, f"types differ: {ins[0].type} {ins[1].type}")
+    elif k in COMPARE_OPS:
+        _check(ins[0].type == ins[1].type, op, "operand types differ")
+        _check(t == TileType(ins[0].shape, int1), op, "compare gives int1")
+    elif k in UNARY_OPS:
+        _check(ins[0].type == t, op, "unary keeps the type")
+        if k in FLOAT_ONLY_UNARY:
+            _check(isinstance(t.elem, DType) and t.elem.is_float, op, "needs a float")
+    elif k == "fma":
+        _check(all(i.type == t for i in ins) and t.elem.is_float, op, "fma types")
+    elif k == "where":
+        _check(ins[0].type.elem == int1 and ins[1].type == ins[2].type == t, op, "where types")
+        _check(ins[0].shape == t.shape, op, "where shapes")
+    elif k in ("cast", "bitcast", "hint", "splat", "broadcast", "reshape", "trans"):
+        _check(len(ins) == 1, op, "one operand")
+        if k == "splat":
+            _check(ins[0].type.is_scalar and ins[0].elem == t.elem, op, "splat of a scalar")
+        elif k == "broadcast":
+            src = ins[0].shape
+            _check(len(src) == len(t.shape) and all(a in (1, b) for a, b in zip(src, t.shape)),
+                   op, f"cannot broadcast {src} to {t.shape}")
+        elif k == "reshape":
+            _check(ins[0].type.numel == t.numel and ins[0].elem == t.elem, op, "reshape numel")
+        elif k == "trans":
+            perm = op.attrs["perm"]
+            _check(tuple(ins[0].shape[p] for p in perm) == t.shape, op, "trans shape")
+        elif k in ("cast", "bitcast"):
+            _check(ins[0].shape == t.shape, op, "cast keeps shape")
+        else:
+            _check(ins[0].type == t, op, "hint keeps type")
+    elif k == "addptr":
+        _check(ins[0].type.is_ptr and ins[0].shape == ins[1].shape == t.shape, op, "addptr shapes")
+        _check(isinstance(ins[1].elem, DType) and ins[1].elem.is_int, op, "integer offset")
+    elif k == "load":
+        _check(ins[0].type.is_ptr and t == TileType(ins[0].shape, ins[0].elem.pointee), op, "load")
+        if len(ins) > 1:
+            _check(len(ins) == 3 and ins[1].type == TileType(t.shape, int1) and ins[2].type == t,
+                   op, "load mask/other")
+    elif k in ("store", "atomic_add"):
+        _check(ins[0].type.is_ptr and ins[1].type == TileType(ins[0].shape, ins[0].elem.pointee),
+               op, "store value type")
+        if len(ins) > 2:
+            _check(ins[2].type == TileType(ins[0].shape, int1), op, "store mask")
+    elif k == "reduce":
+        x, ax = ins[0], op.attrs["axis"]
+        _check(op.attrs["op"] in REDUCE_OPS and 0 <= ax < x.type.rank, op, "reduce op/axis")
+        _check(t.shape == x.shape[:ax] + x.shape[ax + 1:], op, "reduce shape")
+    elif k == "dot":
+        a, b, c = ins
+        _check(a.type.rank == b.type.rank == 2 and a.shape[1] == b.shape[0], op, "dot shapes")
+        _check(c.shape == (a.shape[0], b.shape[1]) and t == c.type, op, "dot acc")
+    elif k in ("const", "program_id", "num_programs", "iota"):
+        _check(not ins, op, "no operands")
+        if k in ("program_id", "num_programs"):
+            _check(t == TileType((), int32), op, "int32 scalar")
+    elif k == "for":
+        body = op.regions[0]
+        _check(all(i.type.is_scalar for i in ins[:3]), op, "scalar bounds")
+        _check([a.type for a in body.args[1:]] == [i.type for i in ins[3:]] == [r.type for r in outs],
+               op, "carried types")
+        _check(body.terminator is not None and body.terminator.kind == "yield", op, "body yields")
+        _check([v.type for v in body.terminator.operands] == [r.type for r in outs], op, "yield types")
+    elif k == "if":
+        _check(ins[0].type == TileType((), int1) and len(op.regions) == 2, op, "if cond")
+        for r in op.regions:
+            term = r.terminator
+            _check(term is not None and [v.type for v in term.operands] == [x.type for x in outs],
+                   op, "if yields")
+    elif k == "while":
+        cond, body = op.regions
+        _check(cond.terminator is not None and cond.terminator.kind == "condition", op, "while cond")
+        _check(body.terminator is not None and body.terminator.kind == "yield", op, "while body")
+    elif k in TERMINATORS:
+        pass
+    else:
+        raise VerifyError(f"unknown op kind {k!r} at {op.loc}")
+
+
+def verify(fn: Function) -> None:
+    """Check types and shapes of every op and that every operand is defined before use."""
+    defined: set[int] = {p.value.id for p in fn.runtime_params}
+
+    def visit(block: Block, scope: set[int]) -> None:
+        scope = set(scope) | {a.id for a in block.args}
+        for i, op in enumerate(block.ops):
+            for o in op.operands:
+                if o.id not in scope:
+                    raise VerifyError(f"{op.kind} at {op.loc}: operand {o!r} used before definition")
+            if op.kind in TERMINATORS and i != len(block.ops) - 1:
+                raise VerifyError(f"{op.kind} at {op.loc}: terminator not last")
+            _verify_op(op)
+            for r in op.regions:
+                visit(r, scope)
+            scope |= {r.id for r in op.results}
+
+    visit(fn.body, defined)
+
+
+def is_ptr_elem(e: Any) -> bool:
+    return isinstance(e, PointerType)

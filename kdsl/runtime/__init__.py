@@ -1,0 +1,1 @@
+"""Runtime: jit objects, argument binding, specialisation, caches and launch."""
