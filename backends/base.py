@@ -41,6 +41,9 @@ class Backend(ABC):
     """One code generator + runtime.  Subclasses are registered in `backends/__init__.py`."""
 
     name: str = ""
+    #: "loop": codegen/build/launch receive the lowered `loop.Kernel`; "tile": they receive the
+    #: optimised `tile.Function` instead (the NumPy interpreter, `backend="interp"`).
+    level: str = "loop"
     #: capabilities the shared lowering may use (see `kdsl.target.Target.caps`)
     caps: frozenset[str] = frozenset()
 

@@ -1,0 +1,1 @@
+"""Backends: one module per backend; the registry is in this file."""

@@ -1,0 +1,1 @@
+"""Kernel library written in kdsl."""
