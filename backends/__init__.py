@@ -1,1 +1,74 @@
-"""Backends: one module per backend; the registry is in this file."""
+"""Backends: one module per backend; the registry is in this file.
+
+The registry maps a backend name to the module and class implementing it
+(`backends/base.py: Backend`).  Modules are imported on first use, so `import kdsl` never
+imports pyopencl or cupy, and a backend whose module is still missing only fails when asked
+for.  Adding a backend is one module plus one line in `REGISTRY`; the tests pick it up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .base import Backend
+
+#: name -> (module, class name).  Order matters: it is the order of `available_backends()`
+#: and of automatic selection by array ownership (the interpreter comes last).
+REGISTRY: dict[str, tuple[str, str]] = {
+    "llvm": ("kdsl.backends.llvm", "LLVMBackend"),
+    "opencl": ("kdsl.backends.opencl", "OpenCLBackend"),
+    "cuda": ("kdsl.backends.cuda", "CUDABackend"),
+    "interp": ("kdsl.backends.interp", "InterpBackend"),
+}
+
+#: Why a backend usually cannot run, used when the backend itself does not say
+#: (a backend may define `unavailable_reason() -> str` for a precise message).
+UNAVAILABLE_HINTS: dict[str, str] = {
+    "llvm": "llvmlite could not create a native target",
+    "opencl": "no OpenCL device (is pyopencl installed and an ICD such as PoCL present?)",
+    "cuda": "no CUDA GPU found, or CuPy is not installed",
+    "interp": "the NumPy interpreter could not be loaded",
+}
+
+_instances: dict[str, Backend] = {}
+
+
+def all_backend_names() -> list[str]:
+    """Every registered backend name, in registry order (available or not)."""
+    return list(REGISTRY)
+
+
+def register_backend(name: str, module: str, cls: str) -> None:
+    """Add (or replace) a backend: `module` is imported and `cls()` instantiated on first use."""
+    REGISTRY[name] = (module, cls)
+    _instances.pop(name, None)
+
+
+def unregister_backend(name: str) -> None:
+    REGISTRY.pop(name, None)
+    _instances.pop(name, None)
+
+
+def get_backend(name: str) -> Backend:
+    """The singleton instance of backend `name`.
+
+    Raises ValueError (listing the known names) for an unknown name, and ImportError when the
+    backend's module cannot be imported."""
+    inst = _instances.get(name)
+    if inst is not None:
+        return inst
+    try:
+        module, cls = REGISTRY[name]
+    except (KeyError, TypeError):
+        known = ", ".join(repr(n) for n in REGISTRY)
+        raise ValueError(f"unknown backend {name!r}; known backends: {known}") from None
+    inst = getattr(importlib.import_module(module), cls)()
+    _instances[name] = inst
+    return inst
+
+
+def loaded_backends() -> list[Backend]:
+    """Backends already instantiated (used for cheap ownership checks of device arrays)."""
+    return list(_instances.values())

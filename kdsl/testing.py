@@ -1,0 +1,68 @@
+"""Helpers for checking kernels: dtype-aware tolerances and comparisons against float64 references.
+
+The tolerance rule (docs/numerics.md): an output of dtype `d` computed by a reduction of length `k`
+(1 for elementwise work) may differ from the float64 reference by
+
+    atol = rtol = c_d * eps_d * sqrt(k) + extra_d
+
+where `eps_d` is the machine epsilon of `d` (float16: 2**-10, bfloat16: 2**-7, float32: 2**-23,
+float64: 2**-52) and `c_d` covers the few-ULP error of the math functions and of reassociated sums
+(c = 8).  The sqrt(k) term is the standard deviation of a sum of k independently rounded terms;
+integers must match exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+_EPS = {
+    "float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52,
+}
+_SAFETY = 8.0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+def tolerance(dtype, k: int = 1) -> Tolerance:
+    """Tolerance for an output of `dtype` (NumPy dtype, kdsl DType or name) after a reduction of
+    length `k`."""
+    name = getattr(dtype, "name", str(dtype))
+    if name not in _EPS:
+        return Tolerance(0.0, 0.0)
+    t = _SAFETY * _EPS[name] * math.sqrt(max(1, k))
+    return Tolerance(t, t)
+
+
+def assert_close(actual, expected, dtype=None, k: int = 1, what: str = "output") -> None:
+    """Assert `actual` matches the float64 `expected` within `tolerance(dtype, k)`; NaN must match
+    NaN.  `dtype` defaults to actual's dtype (bfloat16 given as uint16 bits must pass dtype)."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    dtype = dtype or actual.dtype
+    if str(getattr(dtype, "name", dtype)) == "bfloat16" and actual.dtype == np.uint16:
+        actual = (actual.astype(np.uint32) << 16).view(np.float32)
+    a = actual.astype(np.float64)
+    e = expected.astype(np.float64)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != reference {e.shape}"
+    tol = tolerance(dtype, k)
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    bad = nan_a != nan_e
+    both = ~(nan_a | nan_e)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(a - e)
+        inf_ok = np.isinf(e) & (a == e)
+        bad |= both & ~inf_ok & (err > tol.atol + tol.rtol * np.abs(e))
+    if bad.any():
+        idx = np.argwhere(bad)[:5]
+        worst = [(tuple(int(x) for x in i), a[tuple(i)], e[tuple(i)]) for i in idx]
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.size} elements differ beyond atol=rtol={tol.atol:.3g}"
+            f" ({getattr(dtype, 'name', dtype)}, k={k}); first (index, got, expected): {worst}"
+        )
