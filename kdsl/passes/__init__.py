@@ -1,0 +1,37 @@
+"""Tile IR passes: canonicalisation, CSE and DCE, driven by a verifying `PassManager`.
+
+`run_tile_passes(fn)` is the optimisation pipeline applied to every kernel before lowering (or
+before interpretation by the `interp` backend); the lowering to the Loop IR lives in
+`kdsl/passes/lower_tiles.py`.
+"""
+
+from __future__ import annotations
+
+from kdsl.ir import tile
+
+from .canonicalize import canonicalize
+from .cse import cse, dce
+from .manager import PassError, PassManager, replace_all_uses
+
+#: The Tile IR pipeline, in order: stage "tile.<name>" records the IR after each.
+TILE_PASSES = [("canonicalize", canonicalize), ("cse", cse), ("dce", dce)]
+
+
+def run_tile_passes(fn: tile.Function) -> tuple[tile.Function, dict[str, str]]:
+    """Optimise `fn` (in place) and return it with the printed IR of every stage:
+    "tile", "tile.canonicalize", "tile.cse", "tile.dce"."""
+    pm = PassManager(TILE_PASSES)
+    fn = pm.run(fn)
+    return fn, pm.stages
+
+
+__all__ = [
+    "TILE_PASSES",
+    "PassError",
+    "PassManager",
+    "canonicalize",
+    "cse",
+    "dce",
+    "replace_all_uses",
+    "run_tile_passes",
+]

@@ -1,0 +1,568 @@
+"""The C-like emitter shared by the OpenCL and CUDA backends.
+
+`emit(kernel, dialect)` walks a `loop.Kernel` in Python and returns C source.  Expressions are
+printed from tables (Loop IR op -> C format string); statements by a small visitor; the fixed
+skeleton of the file (preamble, helper functions, kernel signature, index set-up) is rendered by
+jinja2 from the dialect's template in `backends/templates/`.  Everything that differs between
+OpenCL C and CUDA C lives in a frozen `CDialect`.
+
+Semantic rules (those of `kdsl/ir/loop.py`):
+- integer arithmetic wraps in its type: signed add/sub/mul/neg/shl are computed in the unsigned
+  "wrap type" (signed overflow is undefined in C) and results narrower than 32 bits are cast back
+  to their type (C promotes them to int);
+- integer division and remainder go through helpers that give 0 for a zero divisor and wrap for
+  MIN / -1 instead of trapping;
+- float maximum/minimum propagate NaN (C's fmax/fmin do not);
+- float16/bfloat16 values are float32 in registers: memory accesses convert, `Round` rounds to
+  nearest even (bfloat16 by bit manipulation on uint16 storage, NaN kept quiet);
+- a masked load is `(mask ? load : other)`: C's `?:` is lazy, so masked-off lanes never touch
+  memory;
+- float constants are printed so that they parse back to the same bits; inf/nan via macros.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from kdsl.ir import loop
+from kdsl.ir.types import DType, PointerType
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+@dataclass(frozen=True)
+class CDialect:
+    """The differences between C-like languages, as data.
+
+    Format strings use `{x}`, `{a}`, `{b}`, `{p}` (pointer), `{v}` (value), `{T}` (C type).
+    """
+
+    name: str
+    template: str                       # jinja2 file in backends/templates/
+    kernel_qual: str                    # '__kernel' / 'extern "C" __global__'
+    global_qual: str                    # qualifier of pointers to global memory ('__global ')
+    shared_qual: str                    # '__local' / '__shared__'
+    restrict: str                       # 'restrict' / '__restrict__' (used with attrs["noalias"])
+    barrier: str                        # statement
+    special: Mapping[str, str]          # "tid" / "pid" / "nprog" -> format with {axis}
+    types: Mapping[str, str]            # DType name -> C scalar type (values and memory)
+    mem_types: Mapping[str, str]        # overrides for elements in memory (int1, f16, bf16)
+    wrap_types: Mapping[str, str]       # int DType name -> unsigned C type arithmetic wraps in
+    int_suffix: Mapping[str, str]       # DType name -> integer literal suffix
+    math: Callable[[str, str], str]     # (op, "float32"|"float64") -> C function name
+    f16_load: str                       # format with {p} -> float
+    f16_store: str                      # statement format with {p}, {v}
+    f16_round: str                      # format with {x}
+    bitcast: str                        # format with {T}, {x}
+    atomic_add: Mapping[str, str]       # pointee DType name -> format with {p}, {v}
+    fast_math_option: str
+    helper_qual: str                    # prefix of helper function definitions
+    extra: Mapping[str, object] = field(default_factory=dict)  # template-only settings
+
+
+# ----------------------------------------------------------------------------------- names
+
+_C_WORDS = frozenset(
+    [
+        "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+        "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+        "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+        "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "half", "uchar",
+        "ushort", "uint", "ulong", "kernel", "global", "local", "constant", "private", "read_only",
+        "write_only", "read_write", "class", "namespace", "template", "typename", "new", "delete",
+        "this", "operator", "public", "protected", "virtual", "friend", "using", "try", "catch",
+        "throw", "export", "asm", "vector", "sampler_t", "image2d_t", "event_t", "size_t",
+        "ptrdiff_t", "intptr_t", "uintptr_t", "NAN", "INFINITY", "threadIdx", "blockIdx",
+        "blockDim", "gridDim", "warpSize", "main", "barrier"
+    ]
+)
+# Functions the generated code calls: a variable of the same name would hide them.
+_CALLED = frozenset(
+    [
+        "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "fabs", "sin", "cos", "tanh", "erf", "floor",
+        "ceil", "fmod", "pow", "fma", "fmax", "fmin", "isnan", "abs", "max", "min", "expf", "exp2f",
+        "logf", "log2f", "sqrtf", "rsqrtf", "fabsf", "sinf", "cosf", "tanhf", "erff", "floorf",
+        "ceilf", "fmodf", "powf", "fmaf", "fmaxf", "fminf", "llabs", "vload_half",
+        "vstore_half_rte", "convert_half_rte", "atomic_add", "atom_add", "atomic_cmpxchg",
+        "atom_cmpxchg", "atomicAdd", "get_local_id", "get_group_id", "get_num_groups", "as_float",
+        "as_uint", "as_int", "as_double", "as_long", "as_ulong", "memcpy"
+    ]
+)
+
+
+class _Names:
+    """C identifiers for Loop IR names: kept as written unless reserved or already taken."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[str, str], str] = {}
+        self.taken: set[str] = set()
+
+    def __call__(self, space: str, name: str) -> str:
+        """`space`: "v" for variables and parameters (a `Var` names either), "a" for arrays,
+        "k" for the kernel; all share one C namespace."""
+        key = (space, name)
+        if key not in self.by_key:
+            base = re.sub(r"\W", "_", name) or "v"
+            if (base[0].isdigit() or base in _C_WORDS or base in _CALLED
+                    or keyword.iskeyword(base) or base.startswith(("kd_", "__"))):
+                base = "v_" + base.lstrip("_")
+            c, i = base, 1
+            while c in self.taken:
+                c, i = f"{base}_{i}", i + 1
+            self.taken.add(c)
+            self.by_key[key] = c
+        return self.by_key[key]
+
+
+# ----------------------------------------------------------------------------------- tables
+
+# Formats for float operands; {f} is the dialect's math function for the op and type, {s} the
+# type name (helper suffix).
+FLOAT_UNARY = {
+    "neg": "(-{x})", "abs": "{f}({x})", "sigmoid": "kd_sigmoid_{s}({x})", "isnan": "isnan({x})",
+    **{op: "{f}({x})" for op in
+       [
+           "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
+           "ceil"
+       ]},
+}
+INT_UNARY = {
+    "neg": "wrap:(0 - {x})", "not": "small:(~{x})", "abs": "kd_abs_{s}({x})",
+}
+FLOAT_BINARY = {
+    "add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
+    "mod": "{f}({a}, {b})", "pow": "{f}({a}, {b})",
+    "maximum": "kd_fmax_{s}({a}, {b})", "minimum": "kd_fmin_{s}({a}, {b})",
+}
+# "wrap:" computes in the unsigned wrap type and casts back; "small:" casts back to the type
+# when it is narrower than int (C promotes it).
+# Operands of "wrap:" ops arrive already converted to the wrap type (see `_wrapped`).
+INT_BINARY = {
+    "add": "wrap:({a} + {b})", "sub": "wrap:({a} - {b})", "mul": "wrap:({a} * {b})",
+    "div": "kd_div_{s}({a}, {b})",
+    "mod": "kd_mod_{s}({a}, {b})", "and": "small:({a} & {b})", "or": "small:({a} | {b})",
+    "xor": "small:({a} ^ {b})", "shl": "wrap:({a} << {b})", "shr": "small:({a} >> {b})",
+    "maximum": "kd_max_{s}({a}, {b})", "minimum": "kd_min_{s}({a}, {b})",
+}
+BOOL_BINARY = {
+    "and": "({a} & {b})", "or": "({a} | {b})", "xor": "({a} ^ {b})", "land": "({a} && {b})",
+    "lor": "({a} || {b})", "maximum": "({a} | {b})", "minimum": "({a} & {b})",
+}
+COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# Helpers a format refers to: prefix of the call -> helper kind rendered by the template.
+_HELPER_CALLS = ("kd_sigmoid", "kd_abs", "kd_div", "kd_mod", "kd_fmax", "kd_fmin", "kd_max",
+                 "kd_min")
+
+
+WRAPPING = frozenset({"add", "sub", "mul", "shl"})
+
+
+def _is_small(t: DType) -> bool:
+    return t.is_int and t.bits < 32
+
+
+class CEmitter:
+    """Prints one kernel in one dialect; records which helpers the preamble must define."""
+
+    def __init__(self, kernel: loop.Kernel, dialect: CDialect) -> None:
+        self.k = kernel
+        self.d = dialect
+        self.names = _Names()
+        self.helpers: dict[str, set[str]] = {}   # helper kind -> type names
+        self.specials: dict[str, str] = {}      # C name of an index set-up constant -> expr
+        self.uses_fp64 = False
+        self.uses_int64_atomics = False
+        self.expr_table: dict[type, Callable[[loop.Expr], str]] = {
+            loop.Const: self._const, loop.Var: self._var, loop.Special: self._special,
+            loop.Index: self._index, loop.Unary: self._unary, loop.Binary: self._binary,
+            loop.Select: self._select, loop.Cast: self._cast, loop.Bitcast: self._bitcast,
+            loop.Round: self._round, loop.Fma: self._fma, loop.PtrAdd: self._ptradd,
+            loop.Load: self._load,
+        }
+        self.stmt_table: dict[type, Callable[[loop.Stmt, str], list[str]]] = {
+            loop.Assign: self._assign, loop.ArrayStore: self._array_store,
+            loop.Store: self._store, loop.AtomicAdd: self._atomic_add, loop.For: self._for,
+            loop.While: self._while, loop.If: self._if, loop.Barrier: self._barrier,
+            loop.Comment: self._comment,
+        }
+
+    # -- types
+
+    def need(self, kind: str, tname: str = "") -> None:
+        self.helpers.setdefault(kind, set()).add(tname)
+
+    def ctype(self, t: loop.Type) -> str:
+        """C type of a value (variable, parameter, expression) of type `t`."""
+        if isinstance(t, PointerType):
+            return f"{self.d.global_qual}{self.mem_type(t.pointee)}*"
+        if t.name in ("float16", "bfloat16"):
+            raise NotImplementedError(f"{t} value outside memory (held as float32 in Loop IR)")
+        if t.name == "float64":
+            self.uses_fp64 = True
+        return self.d.types[t.name]
+
+    def mem_type(self, t: DType) -> str:
+        """C type of an element of type `t` in memory (arrays, pointees)."""
+        if t.name == "float64":
+            self.uses_fp64 = True
+        return self.d.mem_types.get(t.name, self.d.types.get(t.name, ""))
+
+    def _fill(self, fmt: str, t: DType, **kw: str) -> str:
+        """Expand a table format for operands of type `t`."""
+        mode, _, body = fmt.partition(":") if fmt.startswith(("wrap:", "small:")) else ("", "", fmt)
+        ctype = self.ctype(t)
+        wrap = self.d.wrap_types.get(t.name, ctype)
+        f = self.d.math(kw.pop("op", ""), t.name) if t.is_float else ""
+        text = body.format(W=wrap, T=ctype, s=t.name, f=f, **kw)
+        for call in _HELPER_CALLS:
+            if text.startswith(call + "_"):
+                self.need(call[3:], t.name)
+        if mode == "wrap" and wrap != ctype or mode == "small" and _is_small(t):
+            text = f"(({ctype}){text})"
+        return text
+
+    # -- expressions
+
+    def expr(self, e: loop.Expr) -> str:
+        try:
+            return self.expr_table[type(e)](e)
+        except KeyError:
+            raise TypeError(f"{self.d.name}: no C form for {type(e).__name__}") from None
+
+    def _const(self, e: loop.Const) -> str:
+        return format_const(e.value, e.dtype, self.d) if not isinstance(
+            e.dtype, PointerType) else f"(({self.ctype(e.dtype)})0)"
+
+    def _var(self, e: loop.Var) -> str:
+        return self.names("v", e.name)
+
+    def _special(self, e: loop.Special) -> str:
+        name = "kd_tid" if e.kind == "tid" else f"kd_{e.kind}{e.axis}"
+        self.specials[name] = self.d.special[e.kind].format(axis=e.axis, xyz="xyz"[e.axis])
+        return name
+
+    def _index(self, e: loop.Index) -> str:
+        return f"{self.names('a', e.array.name)}[{self.expr(e.index)}]"
+
+    def _unary(self, e: loop.Unary) -> str:
+        t = e.x.dtype
+        x = self.expr(e.x)
+        if t.is_bool:
+            return {"not": f"(!{x})", "abs": x, "neg": x}[e.op]
+        if t.is_float:
+            return self._fill(FLOAT_UNARY[e.op], t, x=x, op="fabs" if e.op == "abs" else e.op)
+        if e.op == "abs" and not t.is_signed:
+            return x
+        if e.op == "neg":
+            x = self._wrapped(e.x, t)
+        return self._fill(INT_UNARY[e.op], t, x=x)
+
+    def _wrapped(self, e: loop.Expr, t: DType) -> str:
+        """`e` (of int type `t`) converted to its unsigned wrap type: the inner text of a
+        wrapping op of the same type (no cast back and forth), an unsigned literal, or a cast."""
+        wrap = self.d.wrap_types.get(t.name)
+        if wrap is None:
+            return self.expr(e)
+        if isinstance(e, loop.Const) and int(e.value) >= 0:
+            bits = 64 if t.bits == 64 else 32
+            return format_const(int(e.value), DType(f"uint{bits}", "u", bits), self.d)
+        if isinstance(e, loop.Binary) and e.op in WRAPPING and e.a.dtype == t:
+            return INT_BINARY[e.op].partition(":")[2].format(
+                a=self._wrapped(e.a, t), b=self._wrapped(e.b, t) if e.op != "shl"
+                else self.expr(e.b))
+        return f"({wrap}){self.expr(e)}"
+
+    def _binary(self, e: loop.Binary) -> str:
+        t = e.a.dtype
+        if t.is_int and e.op in WRAPPING:
+            a = self._wrapped(e.a, t)
+            b = self._wrapped(e.b, t) if e.op != "shl" else self.expr(e.b)
+            return self._fill(INT_BINARY[e.op], t, a=a, b=b)
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in COMPARE:
+            return f"({a} {COMPARE[e.op]} {b})"
+        if t.is_bool:
+            return BOOL_BINARY[e.op].format(a=a, b=b)
+        if t.is_float:
+            return self._fill(FLOAT_BINARY[e.op], t, a=a, b=b,
+                              op="fmod" if e.op == "mod" else e.op)
+        return self._fill(INT_BINARY[e.op], t, a=a, b=b)
+
+    def _select(self, e: loop.Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+
+    def _cast(self, e: loop.Cast) -> str:
+        x = self.expr(e.x)
+        if isinstance(e.dtype, DType) and e.dtype.is_bool:
+            return f"({x} != 0)"
+        return f"(({self.ctype(e.dtype)}){x})"
+
+    def _bitcast(self, e: loop.Bitcast) -> str:
+        return self.d.bitcast.format(T=self.ctype(e.dtype), x=self.expr(e.x))
+
+    def _round(self, e: loop.Round) -> str:
+        x = self.expr(e.x)
+        if e.fmt == "bfloat16":
+            self.need("bf16")
+            return f"kd_round_bf16({x})"
+        self.need("f16")
+        return self.d.f16_round.format(x=x)
+
+    def _fma(self, e: loop.Fma) -> str:
+        t = e.dtype
+        if t.is_float:
+            a, b, c = self.expr(e.a), self.expr(e.b), self.expr(e.c)
+            return f"{self.d.math('fma', t.name)}({a}, {b}, {c})"
+        return self._binary(loop.Binary("add", loop.Binary("mul", e.a, e.b), e.c))
+
+    def _ptradd(self, e: loop.PtrAdd) -> str:
+        return f"({self.expr(e.ptr)} + {self.expr(e.offset)})"
+
+    def _element(self, ptr: loop.Expr) -> tuple[str, str]:
+        """`(base, index)` of a pointer expression, so that accesses print as `base[index]`."""
+        if isinstance(ptr, loop.PtrAdd):
+            return self.expr(ptr.ptr), self.expr(ptr.offset)
+        return self.expr(ptr), "0"
+
+    def _read(self, ptr: loop.Expr) -> str:
+        base, idx = self._element(ptr)
+        pointee = ptr.dtype.pointee.name
+        if pointee == "float16":
+            self.need("f16")
+            return self.d.f16_load.format(p=f"({base} + {idx})" if idx != "0" else base)
+        if pointee == "bfloat16":
+            self.need("bf16")
+            return f"kd_bf16_to_f32({base}[{idx}])"
+        if pointee == "int1":
+            return f"({base}[{idx}] != 0)"
+        return f"{base}[{idx}]"
+
+    def _load(self, e: loop.Load) -> str:
+        value = self._read(e.ptr)
+        if e.mask is None:
+            return value
+        other = (self.expr(e.other) if e.other is not None
+                 else format_const(0, e.dtype, self.d))
+        return f"({self.expr(e.mask)} ? {value} : {other})"
+
+    # -- statements
+
+    def stmts(self, body: list[loop.Stmt], pad: str) -> list[str]:
+        out: list[str] = []
+        for s in body:
+            try:
+                out += self.stmt_table[type(s)](s, pad)
+            except KeyError:
+                raise TypeError(f"{self.d.name}: no C form for {type(s).__name__}") from None
+        return out
+
+    @staticmethod
+    def _guard(mask: str | None, stmt: str, pad: str) -> list[str]:
+        return [f"{pad}if ({mask}) {stmt}" if mask is not None else pad + stmt]
+
+    def _assign(self, s: loop.Assign, pad: str) -> list[str]:
+        return [f"{pad}{self.expr(s.var)} = {self.expr(s.value)};"]
+
+    def _array_store(self, s: loop.ArrayStore, pad: str) -> list[str]:
+        name = self.names("a", s.array.name)
+        return [f"{pad}{name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
+
+    def _store(self, s: loop.Store, pad: str) -> list[str]:
+        base, idx = self._element(s.ptr)
+        v = self.expr(s.value)
+        pointee = s.ptr.dtype.pointee.name
+        if pointee == "float16":
+            self.need("f16")
+            stmt = self.d.f16_store.format(p=f"({base} + {idx})" if idx != "0" else base, v=v)
+        elif pointee == "bfloat16":
+            self.need("bf16")
+            stmt = f"{base}[{idx}] = kd_f32_to_bf16({v});"
+        else:
+            stmt = f"{base}[{idx}] = {v};"
+        mask = self.expr(s.mask) if s.mask is not None else None
+        return self._guard(mask, stmt, pad)
+
+    def _atomic_add(self, s: loop.AtomicAdd, pad: str) -> list[str]:
+        pointee = s.ptr.dtype.pointee.name
+        if pointee not in self.d.atomic_add:
+            raise NotImplementedError(f"{self.d.name}: atomic_add on {pointee}")
+        fmt = self.d.atomic_add[pointee]
+        if fmt.startswith("kd_atomic_add_"):
+            self.need("atomic_add", pointee)
+        if pointee in ("int64", "uint64", "float64"):
+            self.uses_int64_atomics = True
+        call = fmt.format(p=self.expr(s.ptr), v=self.expr(s.value))
+        stmt = f"{self.expr(s.result)} = {call};" if s.result is not None else f"{call};"
+        mask = self.expr(s.mask) if s.mask is not None else None
+        return self._guard(mask, stmt, pad)
+
+    def _for(self, s: loop.For, pad: str) -> list[str]:
+        v = self.expr(s.var)
+        lo, hi, step = self.expr(s.lo), self.expr(s.hi), self.expr(s.step)
+        if isinstance(s.step, loop.Const):
+            cond = f"{v} {'<' if s.step.value > 0 else '>'} {hi}"
+        else:
+            cond = f"({step} > 0 ? {v} < {hi} : {v} > {hi})"
+        inc = f"{v}++" if isinstance(s.step, loop.Const) and s.step.value == 1 else \
+            f"{v} += {step}"
+        return ([f"{pad}for ({v} = {lo}; {cond}; {inc}) {{"] + self.stmts(s.body, pad + "    ")
+                + [f"{pad}}}"])
+
+    def _while(self, s: loop.While, pad: str) -> list[str]:
+        inner = pad + "    "
+        return ([f"{pad}while (1) {{"] + self.stmts(s.cond_body, inner)
+                + [f"{inner}if (!{self.expr(s.cond)}) break;"] + self.stmts(s.body, inner)
+                + [f"{pad}}}"])
+
+    def _if(self, s: loop.If, pad: str) -> list[str]:
+        out = [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmts(s.then, pad + "    ")
+        if s.orelse:
+            out += [f"{pad}}} else {{"] + self.stmts(s.orelse, pad + "    ")
+        return out + [f"{pad}}}"]
+
+    def _barrier(self, s: loop.Barrier, pad: str) -> list[str]:
+        return [pad + self.d.barrier]
+
+    def _comment(self, s: loop.Comment, pad: str) -> list[str]:
+        return [f"{pad}// {line}" for line in s.text.splitlines() or [""]]
+
+    # -- the whole kernel
+
+    def param(self, p: loop.KParam) -> str:
+        name = self.names("v", p.name)
+        if isinstance(p.dtype, PointerType):
+            restrict = f" {self.d.restrict}" if self.k.attrs.get("noalias") else ""
+            return f"{self.ctype(p.dtype)}{restrict} {name}"
+        # bool is not a legal OpenCL kernel argument type: scalars of int1 arrive as bytes
+        ctype = self.mem_type(p.dtype) if p.dtype.is_bool else self.ctype(p.dtype)
+        return f"{ctype} {name}"
+
+    def declaration(self, a: loop.Array) -> str:
+        if a.dtype.name in ("float16", "bfloat16"):
+            raise NotImplementedError(f"array {a.name} of {a.dtype} (arrays hold float32)")
+        qual = f"{self.d.shared_qual} " if a.space == "shared" else ""
+        return f"{qual}{self.mem_type(a.dtype)} {self.names('a', a.name)}[{a.size}];"
+
+    def render(self) -> str:
+        k = self.k
+        name = self.names("k", k.name)  # first, so that `kernel_name` predicts it
+        # A `Var` carrying a parameter's name refers to that parameter.
+        params = [self.param(p) for p in k.params]
+        param_names = {p.name for p in k.params}
+        arrays = [self.declaration(a) for a in k.arrays]
+        variables = [f"{self.ctype(v.dtype)} {self.names('v', v.name)};" for v in k.variables
+                     if v.name not in param_names]
+        body = self.stmts(k.body, "    ")
+        env = _environment()
+        template = env.get_template(self.d.template)
+        return template.render(
+            d=self.d, name=name, params=params, threads=k.threads,
+            shared=[a for a, arr in zip(arrays, k.arrays) if arr.space == "shared"],
+            registers=[a for a, arr in zip(arrays, k.arrays) if arr.space != "shared"],
+            variables=variables, specials=sorted(self.specials.items()), body=body,
+            helpers=self._helper_records(), fp64=self.uses_fp64,
+            int64_atomics=self.uses_int64_atomics, fast_math=bool(k.attrs.get("fast_math")),
+        ).rstrip() + "\n"
+
+    def _helper_records(self) -> list[dict[str, str]]:
+        """Helper definitions the template renders, in a stable order."""
+        order = ["bf16", "f16", "sigmoid", "abs", "div", "mod", "max", "min", "fmax", "fmin",
+                 "atomic_add"]
+        records = []
+        for kind in order:
+            for tname in sorted(self.helpers.get(kind, ())):
+                rec = {"kind": kind, "s": tname}
+                if tname in self.d.types:
+                    ctype = self.d.types[tname]
+                    rec.update(T=ctype, W=self.d.wrap_types.get(tname, ctype),
+                               signed=tname.startswith("int"),
+                               F="d" if tname == "float64" else "f",
+                               one="1.0" if tname == "float64" else "1.0f",
+                               fmax=self.d.math("maximum", tname) if tname.startswith("float")
+                               else "", fmin=self.d.math("minimum", tname)
+                               if tname.startswith("float") else "",
+                               exp=self.d.math("exp", tname) if tname.startswith("float")
+                               else "")
+                records.append(rec)
+        return records
+
+
+def _environment() -> jinja2.Environment:
+    global _ENV
+    if _ENV is None:
+        _ENV = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+            lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return _ENV
+
+
+_ENV: jinja2.Environment | None = None
+
+
+def format_const(value: object, t: loop.Type, d: CDialect) -> str:
+    """A C literal of type `t` holding exactly `value`."""
+    if t.is_bool:
+        return "true" if value else "false"
+    if t.is_float:
+        v = float(value)
+        suffix = "f" if t.bits <= 32 else ""
+        if np.isnan(v):
+            return "NAN" if suffix else "((double)NAN)"
+        if np.isinf(v):
+            inf = "INFINITY" if suffix else "((double)INFINITY)"
+            return inf if v > 0 else f"(-{inf})"
+        # The shortest decimal that reads back as the same float32/float64 (NumPy's Dragon4).
+        x = np.float32(v) if suffix else np.float64(v)
+        positional = v == 0 or 1e-4 <= abs(v) < 1e16
+        text = (np.format_float_positional(x, unique=True, trim="0") if positional
+                else np.format_float_scientific(x, unique=True, trim="0"))
+        text = text.replace(".e", ".0e")
+        return f"{text}{suffix}"
+    v = int(value)
+    lo = -(1 << (t.bits - 1)) if t.is_signed else 0
+    if v == lo and t.is_signed and t.bits >= 32:
+        # -2147483648 is `-(2147483648)`, which does not fit int: spell it as MIN + 0.
+        return f"({lo + 1}{d.int_suffix.get(t.name, '')} - 1)"
+    text = f"{v}{d.int_suffix.get(t.name, '')}"
+    if t.bits < 32:
+        return f"(({d.types[t.name]}){text})"
+    return f"({text})" if v < 0 else text
+
+
+def stored_params(kernel: loop.Kernel) -> set[int]:
+    """Indices of the parameters whose NumPy arrays a device backend copies back after a launch:
+    `attrs["stored_params"]` lists them by index or by name; without it, every pointer."""
+    stored = kernel.attrs.get("stored_params")
+    params = kernel.params
+    if stored is None:
+        return {i for i, p in enumerate(params) if isinstance(p.dtype, PointerType)}
+    return {i for i, p in enumerate(params) if i in stored or p.name in stored}
+
+
+def kernel_name(name: str) -> str:
+    """The C identifier `emit` gives a kernel called `name`."""
+    return _Names()("k", name)
+
+
+def emit(kernel: loop.Kernel, dialect: CDialect) -> str:
+    """C source of `kernel` in `dialect`."""
+    return CEmitter(kernel, dialect).render()
+
+
+def math_names(suffix_f32: str = "", renames: Mapping[str, str] | None = None
+               ) -> Callable[[str, str], str]:
+    """(op, float type name) -> C function: `name + suffix_f32` for float32 (CUDA's expf) and the
+    bare name for float64; `renames` maps Loop IR op names to C names (maximum -> fmax)."""
+    table = {"maximum": "fmax", "minimum": "fmin", "fabs": "fabs", **(renames or {})}
+
+    def lookup(op: str, tname: str) -> str:
+        name = table.get(op, op)
+        return name + suffix_f32 if tname == "float32" else name
+    return lookup

@@ -1,0 +1,358 @@
+"""CUDA backend: the CUDA C dialect of the C-like emitter, NVRTC/nvcc compilation and a CuPy
+runtime.
+
+Code generation and compilation to PTX/cubin need no GPU (NVRTC through `cupy.cuda.nvrtc`, or
+nvcc when NVRTC is missing); only `build`/`launch` need one.  float16 memory is `__half`
+(converted with `__half2float` / `__float2half_rn`); bfloat16 memory is raw `unsigned short`
+bits handled by the shared bit-manipulation helpers, so no `cuda_bf16.h` is needed.
+NVRTC does not search the CUDA include directory by itself: `cuda_include_dirs()` finds it
+(the nvidia-cuda-nvrtc wheel's include folder when it holds `cuda_fp16.h`, else the CUDA
+toolkit's) and passes it with `-I`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kdsl.ir import loop
+from kdsl.target import Target
+
+from .base import Backend, BoundArg
+from .c_like import CDialect, emit, kernel_name, math_names, stored_params
+
+DEFAULT_ARCH = "sm_80"
+OPTIONS = ["-std=c++17"]
+FAST_MATH = "--use_fast_math"
+
+_TYPES = {
+    "int1": "bool", "int8": "signed char", "int16": "short", "int32": "int",
+    "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
+    "uint32": "unsigned int", "uint64": "unsigned long long", "float32": "float",
+    "float64": "double",
+}
+_WRAP = {"int8": "unsigned int", "int16": "unsigned int", "uint8": "unsigned int",
+         "uint16": "unsigned int", "int32": "unsigned int", "int64": "unsigned long long"}
+
+
+def cuda_dialect() -> CDialect:
+    return CDialect(
+        name="cuda", template="cuda.cu.j2", kernel_qual='extern "C" __global__',
+        global_qual="", shared_qual="__shared__", restrict="__restrict__",
+        barrier="__syncthreads();",
+        special={"tid": "(int)threadIdx.x", "pid": "(int)blockIdx.{xyz}",
+                 "nprog": "(int)gridDim.{xyz}"},
+        types=_TYPES, mem_types={"int1": "unsigned char", "float16": "__half",
+                                 "bfloat16": "unsigned short"},
+        wrap_types=_WRAP, int_suffix={"int64": "LL", "uint64": "ULL", "uint32": "u"},
+        # expf, tanhf, ... for float; the C names (double overloads) for float64
+        math=math_names("f"),
+        f16_load="__half2float(*{p})", f16_store="*{p} = __float2half_rn({v});",
+        f16_round="__half2float(__float2half_rn({x}))",
+        bitcast="kd_bitcast<{T}>({x})",
+        atomic_add={"int32": "atomicAdd({p}, {v})", "uint32": "atomicAdd({p}, {v})",
+                    "uint64": "atomicAdd({p}, {v})", "float32": "atomicAdd({p}, {v})",
+                    "float64": "atomicAdd({p}, {v})",
+                    "int64": "(long long)atomicAdd((unsigned long long*){p}, "
+                             "(unsigned long long)({v}))"},
+        fast_math_option=FAST_MATH, helper_qual="static __device__ __forceinline__",
+        extra={"as_float": "__uint_as_float", "as_uint": "__float_as_uint", "f16_helper": "",
+               "options": " ".join(OPTIONS), "options_fast": " ".join(OPTIONS + [FAST_MATH])},
+    )
+
+
+# ----------------------------------------------------------------------------- toolchain
+
+
+@cache
+def cuda_include_dirs() -> tuple[str, ...]:
+    """Folders holding cuda_fp16.h: the NVRTC wheel's include folder, else the toolkit's."""
+    candidates = []
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            candidates += sorted(Path(base).glob("*/include")) + sorted(
+                Path(base).glob("cu*/include"))
+    except Exception:
+        pass
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        candidates.append(Path(home) / "include")
+    candidates += [Path("/usr/local/cuda/include")]
+    nvcc = shutil.which("nvcc") or "/usr/local/bin/nvcc"
+    if os.path.exists(nvcc):
+        candidates.append(Path(os.path.realpath(nvcc)).parent.parent / "include")
+    return tuple(dict.fromkeys(str(c) for c in candidates if (c / "cuda_fp16.h").exists()))
+
+
+def _nvcc() -> str | None:
+    for path in (shutil.which("nvcc"), "/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc"):
+        if path and os.path.exists(path):
+            return path
+    return None
+
+
+def _ptxas() -> str | None:
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    nvcc = _nvcc()
+    for cand in ([str(Path(os.path.realpath(nvcc)).parent / "ptxas")] if nvcc else []) + [
+            "/usr/local/cuda/bin/ptxas"]:
+        if os.path.exists(cand):
+            return cand
+    return None
+
+
+def nvrtc_available() -> bool:
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+        return True
+    except Exception:
+        return False
+
+
+def compiler_available() -> bool:
+    """True when CUDA source can be compiled here (NVRTC or nvcc)."""
+    return nvrtc_available() or _nvcc() is not None
+
+
+def compile_options(arch: str, fast_math: bool = False) -> list[str]:
+    return ([f"-arch={arch}"] + OPTIONS + [f"-I{d}" for d in cuda_include_dirs()]
+            + ([FAST_MATH] if fast_math else []))
+
+
+def _fast_math(source: str) -> bool:
+    """Fast math is recorded in the source's header comment (so it is part of the cache key)."""
+    header = source.split("\n", 3)[:3]
+    return any(line.startswith("// build options:") and FAST_MATH in line for line in header)
+
+
+class CUDACompileError(RuntimeError):
+    """NVRTC or nvcc rejected the source; the message carries the compiler log."""
+
+
+def _nvrtc(source: str, arch: str, want: str, extra: list[str] = ()) -> tuple[bytes, str]:
+    """Compile with NVRTC; returns (PTX or cubin bytes, log)."""
+    from cupy.cuda import nvrtc
+
+    prog = nvrtc.createProgram(source, "kernel.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, compile_options(arch, _fast_math(source)) + list(extra))
+        except nvrtc.NVRTCError as exc:
+            log = nvrtc.getProgramLog(prog)
+            raise CUDACompileError(f"NVRTC failed for {arch}: {exc}\n{log}\n--- source ---\n"
+                                   + _numbered(source)) from None
+        log = nvrtc.getProgramLog(prog)
+        data = nvrtc.getPTX(prog) if want == "ptx" else nvrtc.getCUBIN(prog)
+        return bytes(data), log
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def _nvcc_compile(source: str, arch: str, want: str) -> bytes:
+    nvcc = _nvcc()
+    if nvcc is None:
+        raise CUDACompileError("neither NVRTC nor nvcc is available")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "kernel.cu", Path(tmp) / f"kernel.{want}"
+        src.write_text(source)
+        opts = [o for o in compile_options(arch, _fast_math(source)) if not o.startswith("-arch")]
+        cmd = [nvcc, f"-{want}", f"-arch={arch}", *opts, str(src), "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode:
+            raise CUDACompileError(f"nvcc failed for {arch}:\n{proc.stderr}\n--- source ---\n"
+                                   + _numbered(source))
+        return out.read_bytes()
+
+
+def _numbered(source: str) -> str:
+    return "\n".join(f"{i:4d} {line}" for i, line in enumerate(source.splitlines(), 1))
+
+
+def compile_ptx(source: str, arch: str = DEFAULT_ARCH) -> str:
+    """PTX text of CUDA `source` for `arch` (e.g. "sm_80")."""
+    data = _nvrtc(source, arch, "ptx")[0] if nvrtc_available() else _nvcc_compile(
+        source, arch, "ptx")
+    return data.rstrip(b"\0").decode()
+
+
+def compile_cubin(source: str, arch: str = DEFAULT_ARCH) -> bytes:
+    """cubin (ELF) of CUDA `source` for `arch`."""
+    return _nvrtc(source, arch, "cubin")[0] if nvrtc_available() else _nvcc_compile(
+        source, arch, "cubin")
+
+
+_USAGE = {
+    "registers": r"Used (\d+) registers",
+    "stack_bytes": r"(\d+) bytes stack frame",
+    "spill_stores": r"(\d+) bytes spill stores",
+    "spill_loads": r"(\d+) bytes spill loads",
+    "shared_bytes": r"(\d+) bytes smem",
+    "constant_bytes": r"(\d+) bytes cmem\[0\]",
+}
+
+
+def _parse_usage(log: str) -> dict[str, int]:
+    """Numbers of the first entry function in `ptxas -v` output (absent ones are 0)."""
+    return {key: int(m.group(1)) if (m := re.search(pat, log)) else 0
+            for key, pat in _USAGE.items()}
+
+
+def resource_usage(code: str | bytes, arch: str = DEFAULT_ARCH) -> dict[str, int]:
+    """Registers, spills (bytes), stack, shared and constant memory of the kernel in `code`:
+    CUDA source or PTX text (assembled with `ptxas -v`), or a cubin (read with cuobjdump).
+    Falls back to NVRTC's `-Xptxas -v` log when ptxas is missing."""
+    if isinstance(code, bytes):
+        return _cubin_usage(code)
+    ptxas = _ptxas()
+    if ".entry" not in code and ptxas is None:
+        log = _nvrtc(code, arch, "cubin", ["-Xptxas=-v"])[1]
+        return _parse_usage(log)
+    ptx = code if ".entry" in code else compile_ptx(code, arch)
+    if ptxas is None:
+        raise CUDACompileError("ptxas not found: cannot report resource usage of PTX")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.ptx"
+        path.write_text(ptx)
+        cmd = [ptxas, f"-arch={arch}", "-v", str(path), "-o", str(Path(tmp) / "kernel.cubin")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise CUDACompileError(f"ptxas failed:\n{proc.stderr}")
+    return _parse_usage(proc.stdout + proc.stderr)
+
+
+def _cubin_usage(cubin: bytes) -> dict[str, int]:
+    tool = shutil.which("cuobjdump") or (
+        str(Path(os.path.realpath(_nvcc())).parent / "cuobjdump") if _nvcc() else None)
+    if not tool or not os.path.exists(tool):
+        raise CUDACompileError("cuobjdump not found: pass the source or PTX instead of a cubin")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        proc = subprocess.run([tool, "--dump-resource-usage", str(path)], capture_output=True,
+                              text=True, check=False)
+    out = proc.stdout
+    return {"registers": int(m.group(1)) if (m := re.search(r"REG:(\d+)", out)) else 0,
+            "stack_bytes": int(m.group(1)) if (m := re.search(r"STACK:(\d+)", out)) else 0,
+            "shared_bytes": int(m.group(1)) if (m := re.search(r"SHARED:(\d+)", out)) else 0,
+            "spill_stores": 0, "spill_loads": 0,
+            "constant_bytes": int(m.group(1)) if (m := re.search(r"CONSTANT\[0\]:(\d+)", out))
+            else 0}
+
+
+# ----------------------------------------------------------------------------- backend
+
+
+class _Loaded:
+    """A loaded module (kept alive with its function) and the cubin it came from."""
+
+    def __init__(self, module: Any, function: Any, cubin: bytes) -> None:
+        self.module, self.function, self.cubin = module, function, cubin
+
+
+class CUDABackend(Backend):
+    name = "cuda"
+    caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores"})
+
+    def is_available(self) -> bool:
+        try:
+            import cupy
+
+            return cupy.cuda.runtime.getDeviceCount() > 0
+        except Exception:
+            return False
+
+    def target(self, num_warps: int) -> Target:
+        return Target("cuda", threads=num_warps * 32, warp_size=32, shared_bytes=48 * 1024,
+                      caps=self.caps)
+
+    def arch(self) -> str:
+        """`sm_XY` of the current device, else DEFAULT_ARCH."""
+        try:
+            import cupy
+
+            return f"sm_{cupy.cuda.Device().compute_capability}"
+        except Exception:
+            return DEFAULT_ARCH
+
+    def hash(self) -> str:
+        try:
+            from cupy.cuda import nvrtc
+
+            version = "nvrtc{}.{}".format(*nvrtc.getVersion())
+        except Exception:
+            version = "nvcc"
+        return f"cuda:{version}:{self.arch() if self.is_available() else 'nodevice'}"
+
+    def codegen(self, kernel: loop.Kernel) -> str:
+        return emit(kernel, cuda_dialect())
+
+    def add_stages(self, kernel: loop.Kernel, stages: dict[str, str]) -> None:
+        if compiler_available():
+            stages["ptx"] = compile_ptx(self.codegen(kernel), self.arch())
+
+    def build(self, kernel: loop.Kernel, source: str) -> Any:
+        return self._load(kernel, compile_cubin(source, self.arch()))
+
+    def _load(self, kernel: loop.Kernel, cubin: bytes) -> Any:
+        import cupy
+
+        module = cupy.cuda.function.Module()
+        module.load(cubin)
+        return _Loaded(module, module.get_function(kernel_name(kernel.name)), cubin)
+
+    def serialize(self, handle: Any) -> bytes | None:
+        return handle.cubin
+
+    def deserialize(self, kernel: loop.Kernel, data: bytes) -> Any:
+        return self._load(kernel, data)
+
+    def owns(self, array: Any) -> bool:
+        try:
+            import cupy
+        except Exception:
+            return False
+        return isinstance(array, cupy.ndarray)
+
+    def launch(self, handle: Any, kernel: loop.Kernel, grid: tuple[int, int, int],
+               args: list[BoundArg]) -> None:
+        import cupy
+
+        if any(g <= 0 for g in grid):
+            return
+        values, copies = [], []
+        for i, (param, arg) in enumerate(zip(kernel.params, args)):
+            if arg.kind == "array":
+                if arg.host is not None:
+                    dev = cupy.empty(max(arg.nbytes, 1), dtype=np.uint8)
+                    if arg.nbytes:
+                        dev[:arg.nbytes].set(arg.host.reshape(-1).view(np.uint8))
+                    copies.append((i, arg, dev))
+                    values.append(dev)
+                elif self.owns(arg.value):
+                    values.append(arg.value)
+                else:
+                    raise TypeError(f"argument {arg.name!r}: {type(arg.value).__name__} is not "
+                                    "a NumPy or CuPy array")
+            else:
+                dt = np.uint8 if param.dtype.is_bool else param.dtype.np
+                values.append(np.dtype(dt).type(arg.value))
+        handle.function(grid, (kernel.threads, 1, 1), tuple(values),
+               stream=cupy.cuda.get_current_stream())
+        stored = stored_params(kernel)
+        for i, arg, dev in copies:
+            if i in stored and arg.nbytes:
+                arg.host.reshape(-1).view(np.uint8)[...] = dev[:arg.nbytes].get()

@@ -1,0 +1,684 @@
+"""LLVM backend (CPU): Loop IR -> LLVM IR (llvmlite IRBuilder) -> O3 -> MCJIT -> ctypes.
+
+A program instance is one CPU thread; the lowering turned tile dimensions into loops, which
+LLVM's loop vectoriser turns into SIMD code for the host CPU.  Layout of the generated module:
+
+  internal @<name>.body(params..., i32 pid0, pid1, pid2, nprog0, nprog1, nprog2)  alwaysinline
+  @<name>_grid(ptr args, i64 start, i64 end, i32 g0, i32 g1, i32 g2)
+      loads each parameter from its 8-byte slot of `args`, then runs the body for the linear
+      program ids [start, end) (pid0 fastest).
+
+`backends/llvm_runtime.py` packs the argument slots and spreads chunks of program ids over a
+thread pool.  Every Loop IR variable is an alloca in the entry block (SROA/mem2reg promote
+them); register and shared arrays are allocas of `[size x T]` (int1 arrays hold i8).
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from typing import Any
+
+from llvmlite import ir
+
+from kdsl.ir import loop as L
+from kdsl.ir.types import DType, PointerType, float32
+from kdsl.target import Target
+
+from .base import Backend, BoundArg
+from .llvm_math import F32, F64, MathLib, intrinsic
+from .llvm_runtime import GRID_FN, ArgPacker, run_grid
+
+I1, I8, I16, I32, I64 = (ir.IntType(w) for w in (1, 8, 16, 32, 64))
+F16 = ir.HalfType()
+PTR = ir.PointerType()
+
+# Register type of each dtype (float16/bfloat16 values live in float32: see loop.py).
+_REG = {"int1": I1, "int8": I8, "int16": I16, "int32": I32, "int64": I64, "uint8": I8,
+        "uint16": I16, "uint32": I32, "uint64": I64, "float16": F32, "bfloat16": F32,
+        "float32": F32, "float64": F64}
+# Memory type of the elements a pointer points to (bool arrays are NumPy bytes).
+_MEM = {**_REG, "int1": I8, "float16": F16, "bfloat16": I16}
+
+
+def reg_type(t: DType | PointerType) -> ir.Type:
+    return PTR if isinstance(t, PointerType) else _REG[t.name]
+
+
+def mem_type(t: DType) -> ir.Type:
+    return _MEM[t.name]
+
+
+_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# IEEE comparisons: ordered (false on NaN) except `ne` (true on NaN), as in C.
+_FCMP = {"eq": ("o", "=="), "ne": ("u", "!="), "lt": ("o", "<"), "le": ("o", "<="),
+         "gt": ("o", ">"), "ge": ("o", ">=")}
+_FBIN = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "mod": "frem"}
+_IBIN = {"add": "add", "sub": "sub", "mul": "mul", "and": "and_", "or": "or_", "xor": "xor",
+         "shl": "shl", "land": "and_", "lor": "or_"}
+_F_INTRINSIC_UNARY = {"sqrt": "sqrt", "abs": "fabs", "floor": "floor", "ceil": "ceil"}
+
+
+class _FnEmitter:
+    """Emits one kernel body function from Loop IR statements."""
+
+    def __init__(self, kernel: L.Kernel, module: ir.Module, math: MathLib):
+        self.k = kernel
+        self.m = module
+        self.math = math
+        self.fmf = ("fast",) if kernel.attrs.get("fast_math") else ()
+        ptys = [reg_type(p.dtype) for p in kernel.params] + [I32] * 6
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), ptys), f"{kernel.name}.body")
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("alwaysinline")
+        self.fn.attributes.add("nounwind")
+        for a, p in zip(self.fn.args, kernel.params):
+            a.name = p.name
+        self.entry = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self.params = {p.name: a for p, a in zip(kernel.params, self.fn.args)}
+        n = len(kernel.params)
+        self.pids = self.fn.args[n:n + 3]
+        self.nprogs = self.fn.args[n + 3:n + 6]
+        self.vars: dict[str, ir.Value] = {}
+        self.arrays: dict[str, ir.Value] = {}
+        for v in kernel.variables:
+            self._var_slot(v)
+        for a in kernel.arrays:
+            self._array_slot(a)
+        self._loop_md = None
+
+    # -------------------------------------------------------------------------- storage
+
+    def _alloca(self, ty: ir.Type, name: str) -> ir.Value:
+        with self.b.goto_entry_block():
+            return self.b.alloca(ty, name=name)
+
+    def _var_slot(self, v: L.Var) -> ir.Value:
+        if v.name not in self.vars:
+            self.vars[v.name] = self._alloca(reg_type(v.dtype), v.name)
+        return self.vars[v.name]
+
+    def _array_slot(self, a: L.Array) -> ir.Value:
+        if a.name not in self.arrays:
+            elem = I8 if a.dtype == _bool() else reg_type(a.dtype)
+            self.arrays[a.name] = self._alloca(ir.ArrayType(elem, a.size), a.name)
+        return self.arrays[a.name]
+
+    def _elem_ptr(self, a: L.Array, index: L.Expr) -> tuple[ir.Value, ir.Type]:
+        slot = self._array_slot(a)
+        idx = self._to_i64(self.expr(index), index.dtype)
+        return (self.b.gep(slot, [ir.Constant(I64, 0), idx], inbounds=True),
+                slot.allocated_type.element)
+
+    def _to_i64(self, v: ir.Value, t: DType) -> ir.Value:
+        if v.type.width == 64:
+            return v
+        return self.b.zext(v, I64) if t.kind in ("u", "b") else self.b.sext(v, I64)
+
+    # ------------------------------------------------------------------------ expressions
+
+    def expr(self, e: L.Expr) -> ir.Value:
+        return getattr(self, "_e_" + type(e).__name__)(e)
+
+    def _e_Const(self, e: L.Const) -> ir.Value:
+        ty = reg_type(e.dtype)
+        if isinstance(ty, ir.IntType):
+            return ir.Constant(ty, int(e.value) & ((1 << ty.width) - 1))
+        if ty == PTR:
+            return ir.Constant(PTR, None)
+        return ir.Constant(ty, float(e.value))
+
+    def _e_Var(self, e: L.Var) -> ir.Value:
+        if e.name in self.params and e.name not in self.vars:
+            return self.params[e.name]
+        return self.b.load(self._var_slot(e), typ=reg_type(e.dtype))
+
+    def _e_Special(self, e: L.Special) -> ir.Value:
+        if e.kind == "tid":
+            return ir.Constant(I32, 0)
+        val = (self.pids if e.kind == "pid" else self.nprogs)[e.axis]
+        return self._convert_int(val, I32, reg_type(e.dtype), signed=True)
+
+    def _e_Index(self, e: L.Index) -> ir.Value:
+        ptr, elem = self._elem_ptr(e.array, e.index)
+        v = self.b.load(ptr, typ=elem)
+        return self.b.trunc(v, I1) if e.array.dtype == _bool() else v
+
+    def _e_Unary(self, e: L.Unary) -> ir.Value:
+        x = self.expr(e.x)
+        t = e.x.dtype
+        b = self.b
+        if t.is_float:
+            if e.op == "neg":
+                return b.fneg(x, flags=self.fmf)
+            if e.op == "isnan":
+                return b.fcmp_unordered("uno", x, x)
+            if e.op == "rsqrt":
+                root = b.call(intrinsic(self.m, "sqrt", x.type), [x], fastmath=self.fmf)
+                return b.fdiv(ir.Constant(x.type, 1.0), root, flags=self.fmf)
+            if e.op in _F_INTRINSIC_UNARY:
+                return b.call(intrinsic(self.m, _F_INTRINSIC_UNARY[e.op], x.type), [x],
+                              fastmath=self.fmf)
+            return self.math.call(b, e.op, x)
+        if e.op == "neg":
+            return b.neg(x)
+        if e.op == "not":
+            return b.not_(x)
+        if e.op == "abs":
+            if not t.is_signed:
+                return x
+            return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
+        if e.op in ("floor", "ceil"):
+            return x
+        if e.op == "isnan":
+            return ir.Constant(I1, 0)
+        raise NotImplementedError(f"llvm backend: unary {e.op} on {t}")
+
+    def _e_Binary(self, e: L.Binary) -> ir.Value:
+        t = e.a.dtype
+        a, c = self.expr(e.a), self.expr(e.b)
+        b = self.b
+        if isinstance(t, PointerType):
+            a, c = b.ptrtoint(a, I64), b.ptrtoint(c, I64)
+            return b.icmp_unsigned(_ICMP[e.op], a, c)
+        if c.type != a.type:  # e.g. a shift amount of another width
+            c = self._convert_int(c, c.type, a.type, signed=e.b.dtype.is_signed)
+        if t.is_float:
+            if e.op in _FCMP:
+                kind, op = _FCMP[e.op]
+                cmp = b.fcmp_ordered if kind == "o" else b.fcmp_unordered
+                return cmp(op, a, c, flags=self.fmf)
+            if e.op in _FBIN:
+                return getattr(b, _FBIN[e.op])(a, c, flags=self.fmf)
+            if e.op in ("maximum", "minimum", "pow"):
+                return b.call(intrinsic(self.m, e.op, a.type), [a, c], fastmath=self.fmf)
+            raise NotImplementedError(f"llvm backend: binary {e.op} on {t}")
+        signed = t.is_signed
+        if e.op in _ICMP:
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            return cmp(_ICMP[e.op], a, c)
+        if e.op in _IBIN:
+            return getattr(b, _IBIN[e.op])(a, c)
+        if e.op == "shr":
+            return b.ashr(a, c) if signed else b.lshr(a, c)
+        if e.op in ("div", "mod"):
+            return self._int_divmod(e.op, a, c, signed)
+        if e.op in ("maximum", "minimum"):
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            return b.select(cmp(">" if e.op == "maximum" else "<", a, c), a, c)
+        raise NotImplementedError(f"llvm backend: binary {e.op} on {t}")
+
+    def _int_divmod(self, op: str, a: ir.Value, c: ir.Value, signed: bool) -> ir.Value:
+        """C division/remainder that never traps: x/0 == x%0 == 0, INT_MIN/-1 == INT_MIN,
+        INT_MIN%-1 == 0.  The divisor is replaced by 1 in those cases (select, no branch)."""
+        b, ty = self.b, a.type
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        is_zero = b.icmp_unsigned("==", c, zero)
+        bad = is_zero
+        if signed:
+            int_min = ir.Constant(ty, 1 << (ty.width - 1))
+            overflow = b.and_(b.icmp_unsigned("==", a, int_min),
+                              b.icmp_unsigned("==", c, ir.Constant(ty, -1)))
+            bad = b.or_(is_zero, overflow)
+        safe = b.select(bad, one, c)
+        if op == "mod":
+            return (b.srem if signed else b.urem)(a, safe)
+        q = (b.sdiv if signed else b.udiv)(a, safe)
+        return b.select(is_zero, zero, q)
+
+    def _e_Select(self, e: L.Select) -> ir.Value:
+        return self.b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+
+    def _e_Cast(self, e: L.Cast) -> ir.Value:
+        return self.convert(self.expr(e.x), e.x.dtype, e.dtype)
+
+    def convert(self, x: ir.Value, src: Any, dst: Any) -> ir.Value:
+        b = self.b
+        sty, dty = reg_type(src), reg_type(dst)
+        if isinstance(src, PointerType) or isinstance(dst, PointerType):
+            if sty == dty:
+                return x
+            return b.ptrtoint(x, dty) if sty == PTR else b.inttoptr(x, PTR)
+        if sty == dty and src.is_float == dst.is_float:
+            return x
+        if dst.is_bool:
+            if src.is_float:
+                return b.fcmp_unordered("!=", x, ir.Constant(sty, 0.0))
+            return b.icmp_unsigned("!=", x, ir.Constant(sty, 0))
+        if src.is_float and dst.is_float:
+            return b.fpext(x, dty) if dty == F64 else b.fptrunc(x, dty)
+        if src.is_float:
+            # saturating conversion: NaN and out-of-range values give defined results
+            name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dty.width}." + (
+                "f32" if sty == F32 else "f64")
+            fn = self.m.globals.get(name) or ir.Function(self.m, ir.FunctionType(dty, [sty]),
+                                                         name)
+            return b.call(fn, [x])
+        if dst.is_float:
+            return (b.sitofp if src.is_signed else b.uitofp)(x, dty)
+        return self._convert_int(x, sty, dty, signed=src.is_signed)
+
+    def _convert_int(self, x: ir.Value, sty: ir.IntType, dty: ir.IntType, signed: bool):
+        if sty.width == dty.width:
+            return x
+        if sty.width > dty.width:
+            return self.b.trunc(x, dty)
+        return (self.b.sext if signed else self.b.zext)(x, dty)
+
+    def _e_Bitcast(self, e: L.Bitcast) -> ir.Value:
+        return self.b.bitcast(self.expr(e.x), reg_type(e.dtype))
+
+    def _e_Round(self, e: L.Round) -> ir.Value:
+        x = self.expr(e.x)
+        if e.fmt == "float16":
+            return self.b.fpext(self.b.fptrunc(x, F16), F32)
+        return self.b.bitcast(self._bf16_bits32(x), F32)
+
+    def _bf16_bits32(self, x: ir.Value) -> ir.Value:
+        """float32 -> bfloat16 rounded to nearest even, as the high half of an i32 (low half 0).
+        NaN stays NaN (quiet bit set so truncation cannot turn it into infinity)."""
+        b = self.b
+        bits = b.bitcast(x, I32)
+        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF)))
+        nan = b.or_(bits, ir.Constant(I32, 0x400000))
+        out = b.select(b.fcmp_unordered("uno", x, x), nan, rounded)
+        return b.and_(out, ir.Constant(I32, 0xFFFF0000))
+
+    def _e_Fma(self, e: L.Fma) -> ir.Value:
+        a, c, d = (self.expr(v) for v in (e.a, e.b, e.c))
+        if not e.dtype.is_float:
+            return self.b.add(self.b.mul(a, c), d)
+        return self.b.call(intrinsic(self.m, "fma", a.type), [a, c, d], fastmath=self.fmf)
+
+    def _e_PtrAdd(self, e: L.PtrAdd) -> ir.Value:
+        off = self._to_i64(self.expr(e.offset), e.offset.dtype)
+        return self.b.gep(self.expr(e.ptr), [off], source_etype=mem_type(e.ptr.dtype.pointee))
+
+    def _e_Load(self, e: L.Load) -> ir.Value:
+        ptr = self.expr(e.ptr)
+        if e.mask is None:
+            return self._load_mem(ptr, e.ptr.dtype.pointee)
+        # Memory is only touched where the mask is true: a conditional block (the vectoriser
+        # turns it into a masked load), never a select over an unconditional load.
+        ty = reg_type(e.dtype)
+        other = self.expr(e.other) if e.other is not None else ir.Constant(ty, 0)
+        cond = self.expr(e.mask)
+        before = self.b.block
+        with self.b.if_then(cond, likely=True):
+            loaded = self._load_mem(ptr, e.ptr.dtype.pointee)
+            then_block = self.b.block
+        phi = self.b.phi(ty)
+        phi.add_incoming(loaded, then_block)
+        phi.add_incoming(other, before)
+        return phi
+
+    def _load_mem(self, ptr: ir.Value, t: DType) -> ir.Value:
+        b = self.b
+        v = b.load(ptr, typ=mem_type(t), align=t.itemsize)
+        if t.name == "float16":
+            return b.fpext(v, F32)
+        if t.name == "bfloat16":
+            return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+        if t.is_bool:
+            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def _to_mem(self, v: ir.Value, t: DType) -> ir.Value:
+        b = self.b
+        if t.name == "float16":
+            return b.fptrunc(v, F16)
+        if t.name == "bfloat16":
+            return b.trunc(b.lshr(self._bf16_bits32(v), ir.Constant(I32, 16)), I16)
+        if t.is_bool:
+            return b.zext(v, I8)
+        return v
+
+    # ------------------------------------------------------------------------- statements
+
+    def stmts(self, body: list[L.Stmt]) -> None:
+        for s in body:
+            getattr(self, "_s_" + type(s).__name__)(s)
+
+    def _s_Assign(self, s: L.Assign) -> None:
+        self.b.store(self.expr(s.value), self._var_slot(s.var))
+
+    def _s_ArrayStore(self, s: L.ArrayStore) -> None:
+        v = self.expr(s.value)
+        ptr, elem = self._elem_ptr(s.array, s.index)
+        self.b.store(self.b.zext(v, I8) if s.array.dtype == _bool() else v, ptr)
+
+    def _masked(self, mask: L.Expr | None):
+        """Context manager: the statements inside run only where `mask` is true."""
+        if mask is None:
+            return _Nothing()
+        return self.b.if_then(self.expr(mask), likely=True)
+
+    def _s_Store(self, s: L.Store) -> None:
+        t = s.ptr.dtype.pointee
+        with self._masked(s.mask):
+            ptr = self.expr(s.ptr)
+            self.b.store(self._to_mem(self.expr(s.value), t), ptr, align=t.itemsize)
+
+    def _s_AtomicAdd(self, s: L.AtomicAdd) -> None:
+        t = s.ptr.dtype.pointee
+        with self._masked(s.mask):
+            ptr, v = self.expr(s.ptr), self.expr(s.value)
+            if t.name == "bfloat16":
+                old = self._bf16_atomic_add(ptr, v)
+            else:
+                op = "fadd" if t.is_float else "add"
+                old = self.b.atomic_rmw(op, ptr, self._to_mem(v, t), "monotonic")
+                old = self._from_mem_value(old, t)
+            if s.result is not None:
+                self.b.store(old, self._var_slot(s.result))
+
+    def _from_mem_value(self, v: ir.Value, t: DType) -> ir.Value:
+        if t.name == "float16":
+            return self.b.fpext(v, F32)
+        return v
+
+    def _bf16_atomic_add(self, ptr: ir.Value, v: ir.Value) -> ir.Value:
+        """bfloat16 fetch-add as a compare-exchange loop on the 16-bit pattern."""
+        b = self.b
+        start = b.load(ptr, typ=I16, align=2)
+        pre = b.block
+        loop = b.append_basic_block("bf16.cas")
+        done = b.append_basic_block("bf16.done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        cur = b.phi(I16)
+        cur.add_incoming(start, pre)
+        old_f = b.bitcast(b.shl(b.zext(cur, I32), ir.Constant(I32, 16)), F32)
+        new = b.trunc(b.lshr(self._bf16_bits32(b.fadd(old_f, v)), ir.Constant(I32, 16)), I16)
+        pair = b.cmpxchg(ptr, cur, new, "monotonic", "monotonic")
+        seen = b.extract_value(pair, 0)
+        cur.add_incoming(seen, b.block)
+        b.cbranch(b.extract_value(pair, 1), done, loop)
+        b.position_at_end(done)
+        return old_f
+
+    def _loop_metadata(self):
+        if self._loop_md is None:
+            props = [self.m.add_metadata(["llvm.loop.mustprogress"])]
+            if self.fmf:
+                props.append(self.m.add_metadata(
+                    ["llvm.loop.vectorize.enable", ir.Constant(I1, 1)]))
+            self._loop_md = props
+        return self._loop_md
+
+    def _mark_loop(self, branch: ir.Instruction) -> None:
+        # a distinct self-referential node per loop, as LLVM requires for loop ids
+        # (llvmlite has no self-referential nodes: make a unique node, then point it at itself)
+        props = self._loop_metadata()
+        md = self.m.add_metadata([ir.MetaDataString(self.m, f"kdsl.loop.{len(self.m.metadata)}")]
+                                 + props)
+        md.operands = (md, *props)
+        branch.set_metadata("llvm.loop", md)
+
+    def _s_For(self, s: L.For) -> None:
+        b = self.b
+        slot = self._var_slot(s.var)
+        b.store(self.expr(s.lo), slot)
+        head = b.append_basic_block("for.head")
+        body = b.append_basic_block("for.body")
+        latch = b.append_basic_block("for.latch")
+        exit_ = b.append_basic_block("for.exit")
+        b.branch(head)
+        b.position_at_end(head)
+        i, hi = self.expr(s.var), self.expr(s.hi)
+        t = s.var.dtype
+        cmp = b.icmp_signed if t.is_signed else b.icmp_unsigned
+        if isinstance(s.step, L.Const):
+            cond = cmp("<" if s.step.value > 0 else ">", i, hi)
+        else:
+            pos = b.icmp_signed(">", self.expr(s.step), ir.Constant(i.type, 0))
+            cond = b.select(pos, cmp("<", i, hi), cmp(">", i, hi))
+        b.cbranch(cond, body, exit_)
+        b.position_at_end(body)
+        self.stmts(s.body)
+        b.branch(latch)
+        b.position_at_end(latch)
+        b.store(b.add(self.expr(s.var), self.expr(s.step)), slot)
+        self._mark_loop(b.branch(head))
+        b.position_at_end(exit_)
+
+    def _s_While(self, s: L.While) -> None:
+        b = self.b
+        head = b.append_basic_block("while.head")
+        body = b.append_basic_block("while.body")
+        exit_ = b.append_basic_block("while.exit")
+        b.branch(head)
+        b.position_at_end(head)
+        self.stmts(s.cond_body)
+        b.cbranch(self.expr(s.cond), body, exit_)
+        b.position_at_end(body)
+        self.stmts(s.body)
+        self._mark_loop(b.branch(head))
+        b.position_at_end(exit_)
+
+    def _s_If(self, s: L.If) -> None:
+        cond = self.expr(s.cond)
+        if not s.orelse:
+            with self.b.if_then(cond):
+                self.stmts(s.then)
+            return
+        with self.b.if_else(cond) as (then, orelse):
+            with then:
+                self.stmts(s.then)
+            with orelse:
+                self.stmts(s.orelse)
+
+    def _s_Barrier(self, s: L.Barrier) -> None:
+        if self.k.threads != 1:
+            raise NotImplementedError("llvm backend runs one thread per program instance")
+
+    def _s_Comment(self, s: L.Comment) -> None:
+        pass
+
+    def emit(self) -> ir.Function:
+        self.stmts(self.k.body)
+        self.b.ret_void()
+        return self.fn
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _bool() -> DType:
+    from kdsl.ir.types import int1
+
+    return int1
+
+
+def scalar_reg_dtype(t: DType | PointerType) -> DType | PointerType:
+    """Type a parameter is passed as (float16/bfloat16 scalars travel as float32)."""
+    if isinstance(t, DType) and t.name in ("float16", "bfloat16"):
+        return float32
+    return t
+
+
+def _emit_grid(kernel: L.Kernel, module: ir.Module, body: ir.Function) -> None:
+    """`void <name>_grid(ptr args, i64 start, i64 end, i32 g0, i32 g1, i32 g2)`."""
+    fty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I32, I32, I32])
+    fn = ir.Function(module, fty, f"{kernel.name}_grid")
+    args, start, end, g0, g1, g2 = fn.args
+    for a, n in zip(fn.args, ("args", "start", "end", "g0", "g1", "g2")):
+        a.name = n
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    params = []
+    for i, p in enumerate(kernel.params):
+        slot = b.gep(args, [ir.Constant(I64, 8 * i)], source_etype=I8)
+        params.append(b.load(slot, typ=reg_type(p.dtype), align=1, name=p.name))
+    g0w, g1w = b.zext(g0, I64), b.zext(g1, I64)
+    g01 = b.mul(g0w, g1w)
+    head = fn.append_basic_block("grid.head")
+    loop = fn.append_basic_block("grid.body")
+    done = fn.append_basic_block("grid.done")
+    pre = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    lin = b.phi(I64, name="pid")
+    lin.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", lin, end), loop, done)
+    b.position_at_end(loop)
+    pid0 = b.trunc(b.urem(lin, g0w), I32)
+    pid1 = b.trunc(b.urem(b.udiv(lin, g0w), g1w), I32)
+    pid2 = b.trunc(b.udiv(lin, g01), I32)
+    b.call(body, params + [pid0, pid1, pid2, g0, g1, g2])
+    nxt = b.add(lin, ir.Constant(I64, 1))
+    lin.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    b.ret_void()
+
+
+def generate_module(kernel: L.Kernel) -> ir.Module:
+    if kernel.threads != 1:
+        raise ValueError("llvm backend: kernels must be lowered for one thread per program")
+    module = ir.Module(name=kernel.name)
+    module.triple = _llvm().get_process_triple()
+    body = _FnEmitter(kernel, module, MathLib(module)).emit()
+    _emit_grid(kernel, module, body)
+    return module
+
+
+# ------------------------------------------------------------------- llvmlite binding layer
+
+_INIT = threading.Lock()
+_STATE: dict[str, Any] = {}
+
+
+def _llvm():
+    """llvmlite.binding, with the native target initialised once (thread safe)."""
+    import llvmlite.binding as llvm
+
+    with _INIT:
+        if "tm" not in _STATE:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _STATE["tm"] = _new_target_machine(llvm)
+            _register_libm(llvm)
+    return llvm
+
+
+def _new_target_machine(llvm):
+    """A target machine for the host CPU (one shared for optimisation; each JIT engine takes
+    ownership of its own)."""
+    return llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        opt=3, codemodel="jitdefault", jit=True)
+
+
+def _register_libm(llvm) -> None:
+    """Make libm's functions visible to the JIT by name (calls from float64 math, pow, frem)."""
+    import ctypes.util
+
+    path = ctypes.util.find_library("m")
+    if not path:
+        return
+    libm = ctypes.CDLL(path)
+    for name in ("tanh", "erf", "pow", "powf", "fmod", "fmodf", "exp", "expf", "exp2",
+                 "exp2f", "log", "logf", "log2", "log2f", "sin", "sinf", "cos", "cosf"):
+        try:
+            llvm.add_symbol(name, ctypes.cast(getattr(libm, name), ctypes.c_void_p).value)
+        except AttributeError:
+            pass
+
+
+def target_machine():
+    _llvm()
+    return _STATE["tm"]
+
+
+@lru_cache(maxsize=64)
+def optimise(source: str) -> str:
+    """Parse, verify and run the O3 pipeline (vectorisers on) for the host CPU."""
+    llvm = _llvm()
+    mod = llvm.parse_assembly(source)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(target_machine(), pto)
+    pb.getModulePassManager().run(mod, pb)
+    return str(mod)
+
+
+class LLVMHandle:
+    """A JIT-compiled kernel: the engine (kept alive) and the grid function."""
+
+    def __init__(self, engine: Any, fn: Any, opt_ir: str, kernel: L.Kernel):
+        self.engine = engine
+        self.fn = fn
+        self.opt_ir = opt_ir
+        self.packer = ArgPacker(kernel)
+
+
+def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
+    llvm = _llvm()
+    mod = llvm.parse_assembly(opt_ir)
+    engine = llvm.create_mcjit_compiler(mod, _new_target_machine(llvm))
+    engine.finalize_object()
+    addr = engine.get_function_address(f"{kernel.name}_grid")
+    return LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel)
+
+
+class LLVMBackend(Backend):
+    name = "llvm"
+    caps = frozenset({"fp64"})
+
+    def is_available(self) -> bool:
+        try:
+            _llvm()
+            return True
+        except Exception:
+            return False
+
+    def target(self, num_warps: int) -> Target:
+        return Target("llvm", threads=1, warp_size=1, caps=self.caps)
+
+    def hash(self) -> str:
+        import llvmlite
+
+        llvm = _llvm()
+        return "|".join([
+            f"llvmlite-{llvmlite.__version__}",
+            "llvm-" + ".".join(map(str, llvm.llvm_version_info)),
+            llvm.get_host_cpu_name(),
+            llvm.get_host_cpu_features().flatten(),
+        ])
+
+    def codegen(self, kernel: L.Kernel) -> str:
+        return str(generate_module(kernel))
+
+    def add_stages(self, kernel: L.Kernel, stages: dict[str, str]) -> None:
+        source = stages.get("llvm") or self.codegen(kernel)
+        stages["llvm"] = source
+        opt = optimise(source)
+        stages["llvm.opt"] = opt
+        llvm = _llvm()
+        stages["asm"] = target_machine().emit_assembly(llvm.parse_assembly(opt))
+
+    def build(self, kernel: L.Kernel, source: str) -> LLVMHandle:
+        return jit(kernel, optimise(source))
+
+    def serialize(self, handle: LLVMHandle) -> bytes | None:
+        return handle.opt_ir.encode()
+
+    def deserialize(self, kernel: L.Kernel, data: bytes) -> LLVMHandle:
+        return jit(kernel, data.decode())
+
+    def launch(self, handle: LLVMHandle, kernel: L.Kernel, grid: tuple[int, int, int],
+               args: list[BoundArg]) -> None:
+        run_grid(handle.fn, handle.packer.pack(args), grid)
+
+
+__all__ = ["LLVMBackend", "LLVMHandle", "generate_module", "optimise"]

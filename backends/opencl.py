@@ -1,0 +1,280 @@
+"""OpenCL backend: the OpenCL C dialect of the C-like emitter, and a PyOpenCL runtime.
+
+A program instance is one work-group of `num_warps * 32` work-items (`tid` = local id).  pyopencl
+is imported inside methods, so `import kdsl` and code generation work without it.  Device
+choice: `KDSL_OPENCL_DEVICE` (a substring of the device name, or "platform:device" indices),
+else the first GPU, else the first CPU.  `warp_size` is 32 on every device (on a CPU device the
+work-items of a group are not in lock-step, but the lowering never relies on lock-step
+execution: it puts a barrier around every exchange through local memory).
+
+Half precision: without `cl_khr_fp16` (PoCL's CPU device) the `half` type exists only behind
+pointers, so float16 memory is read with `vload_half` and written with `vstore_half_rte`, and
+rounding goes through a private ushort; with the extension `convert_half_rte` is used.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from kdsl.ir import loop
+from kdsl.target import Target
+
+from .base import Backend, BoundArg
+from .c_like import CDialect, emit, kernel_name, math_names, stored_params
+
+OPTIONS = ["-cl-fp32-correctly-rounded-divide-sqrt"]
+FAST_MATH = "-cl-fast-relaxed-math"
+DEFAULT_SHARED = 48 * 1024
+
+_TYPES = {
+    "int1": "bool", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
+    "uint8": "uchar", "uint16": "ushort", "uint32": "uint", "uint64": "ulong",
+    "float32": "float", "float64": "double",
+}
+_WRAP = {"int8": "uint", "int16": "uint", "uint8": "uint", "uint16": "uint", "int32": "uint",
+         "int64": "ulong"}
+
+_ATOMIC_F32 = """\
+/* float atomic add: compare-and-swap on the bits (OpenCL 1.2 has no float atomics) */
+static inline float kd_atomic_add_float32(volatile __global float* p, float v) {
+    uint seen = as_uint(*p), prev;
+    do {
+        prev = seen;
+        seen = atomic_cmpxchg((volatile __global uint*)p, prev, as_uint(as_float(prev) + v));
+    } while (seen != prev);
+    return as_float(prev);
+}"""
+_ATOMIC_F64 = """\
+static inline double kd_atomic_add_float64(volatile __global double* p, double v) {
+    ulong seen = as_ulong(*p), prev;
+    do {
+        prev = seen;
+        seen = atom_cmpxchg((volatile __global ulong*)p, prev, as_ulong(as_double(prev) + v));
+    } while (seen != prev);
+    return as_double(prev);
+}"""
+_F16_ROUND = """\
+/* round to the nearest float16 (ties to even) through a private ushort: without cl_khr_fp16
+   `half` exists only behind pointers */
+static inline float kd_round_f16(float x) {
+    ushort h;
+    vstore_half_rte(x, 0, (half*)&h);
+    return vload_half(0, (const half*)&h);
+}"""
+
+
+def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None) -> CDialect:
+    """The OpenCL C dialect; `native_fp16` when the device has `cl_khr_fp16`."""
+    opts = " ".join(options if options is not None else OPTIONS)
+    f16 = ({"f16_load": "(float)(*{p})", "f16_store": "*{p} = convert_half_rte({v});",
+            "f16_round": "(float)convert_half_rte({x})", "helper": ""} if native_fp16 else
+           {"f16_load": "vload_half(0, {p})", "f16_store": "vstore_half_rte({v}, 0, {p});",
+            "f16_round": "kd_round_f16({x})", "helper": _F16_ROUND})
+    return CDialect(
+        name="opencl", template="opencl.cl.j2", kernel_qual="__kernel", global_qual="__global ",
+        shared_qual="__local", restrict="restrict",
+        barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
+        special={"tid": "(int)get_local_id(0)", "pid": "(int)get_group_id({axis})",
+                 "nprog": "(int)get_num_groups({axis})"},
+        types=_TYPES, mem_types={"int1": "uchar", "float16": "half", "bfloat16": "ushort"},
+        wrap_types=_WRAP, int_suffix={"int64": "L", "uint64": "UL", "uint32": "u"},
+        # OpenCL's math built-ins are overloaded for float and double; never native_* (their
+        # accuracy is implementation-defined) unless fast math is asked for at build time.
+        math=math_names(),
+        f16_load=f16["f16_load"], f16_store=f16["f16_store"], f16_round=f16["f16_round"],
+        bitcast="as_{T}({x})",
+        atomic_add={"int32": "atomic_add({p}, {v})", "uint32": "atomic_add({p}, {v})",
+                    "int64": "atom_add({p}, {v})", "uint64": "atom_add({p}, {v})",
+                    "float32": "kd_atomic_add_float32({p}, {v})",
+                    "float64": "kd_atomic_add_float64({p}, {v})"},
+        fast_math_option=FAST_MATH, helper_qual="static inline",
+        extra={"as_float": "as_float", "as_uint": "as_uint", "native_fp16": native_fp16,
+               "f16_helper": f16["helper"], "atomic_add_float32": _ATOMIC_F32,
+               "atomic_add_float64": _ATOMIC_F64, "options": opts,
+               "options_fast": f"{opts} {FAST_MATH}".strip()},
+    )
+
+
+def build_options(kernel: loop.Kernel) -> list[str]:
+    return OPTIONS + ([FAST_MATH] if kernel.attrs.get("fast_math") else [])
+
+
+class _Runtime:
+    """The process's OpenCL device, context and queue (created on first use)."""
+
+    def __init__(self) -> None:
+        import pyopencl as cl
+
+        self.cl = cl
+        self.device = _choose_device(cl)
+        self.ctx = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.ctx, self.device)
+
+
+def _choose_device(cl: Any) -> Any:
+    platforms = cl.get_platforms()
+    devices = [(pi, di, d) for pi, p in enumerate(platforms) for di, d in
+               enumerate(p.get_devices())]
+    if not devices:
+        raise RuntimeError("no OpenCL device found")
+    want = os.environ.get("KDSL_OPENCL_DEVICE", "").strip()
+    if want:
+        if ":" in want and all(part.strip().isdigit() for part in want.split(":", 1)):
+            pi, di = (int(part) for part in want.split(":", 1))
+            for p, i, d in devices:
+                if (p, i) == (pi, di):
+                    return d
+        for _, _, d in devices:
+            if want.lower() in d.name.lower():
+                return d
+        raise RuntimeError(f"KDSL_OPENCL_DEVICE={want!r} matches no OpenCL device; found "
+                           + ", ".join(f"{p}:{i} {d.name}" for p, i, d in devices))
+    for kind in (cl.device_type.GPU, cl.device_type.CPU):
+        for _, _, d in devices:
+            if d.type & kind:
+                return d
+    return devices[0][2]
+
+
+class _Program:
+    """A built program and its kernel object."""
+
+    def __init__(self, program: Any, name: str) -> None:
+        self.program = program
+        self.kernel = getattr(program, name)
+
+
+class OpenCLBackend(Backend):
+    name = "opencl"
+
+    def __init__(self) -> None:
+        self._rt: _Runtime | None = None
+        self._rt_error: Exception | None = None
+
+    # -- device
+
+    def runtime(self) -> _Runtime:
+        if self._rt is None:
+            if self._rt_error is not None:
+                raise RuntimeError(f"OpenCL unavailable: {self._rt_error}")
+            try:
+                self._rt = _Runtime()
+            except Exception as exc:  # no pyopencl, no platform, no device
+                self._rt_error = exc
+                raise RuntimeError(f"OpenCL unavailable: {exc}") from exc
+        return self._rt
+
+    def _device(self) -> Any | None:
+        try:
+            return self.runtime().device
+        except RuntimeError:
+            return None
+
+    def is_available(self) -> bool:
+        return self._device() is not None
+
+    @property
+    def caps(self) -> frozenset[str]:  # type: ignore[override]
+        dev = self._device()
+        if dev is None:
+            return frozenset()
+        ext = dev.extensions.split()
+        return frozenset({"fp64"} if "cl_khr_fp64" in ext or dev.double_fp_config else set()) \
+            | frozenset({"native_fp16"} if "cl_khr_fp16" in ext else set())
+
+    def target(self, num_warps: int) -> Target:
+        dev = self._device()
+        shared = int(dev.local_mem_size) if dev is not None else DEFAULT_SHARED
+        return Target("opencl", threads=num_warps * 32, warp_size=32, shared_bytes=shared,
+                      caps=self.caps)
+
+    def hash(self) -> str:
+        dev = self._device()
+        if dev is None:
+            return "opencl:none"
+        return f"opencl:{dev.platform.name}:{dev.name}:{dev.driver_version}"
+
+    # -- compile
+
+    def dialect(self) -> CDialect:
+        return opencl_dialect(native_fp16="native_fp16" in self.caps)
+
+    def codegen(self, kernel: loop.Kernel) -> str:
+        return emit(kernel, self.dialect())
+
+    def build(self, kernel: loop.Kernel, source: str) -> _Program:
+        rt = self.runtime()
+        program = rt.cl.Program(rt.ctx, source)
+        try:
+            program.build(options=build_options(kernel))
+        except rt.cl.RuntimeError as exc:
+            raise RuntimeError(f"OpenCL build of {kernel.name} failed:\n{exc}") from exc
+        return _Program(program, kernel_name(kernel.name))
+
+    def serialize(self, handle: _Program) -> bytes | None:
+        return bytes(handle.program.binaries[0])
+
+    def deserialize(self, kernel: loop.Kernel, data: bytes) -> _Program:
+        rt = self.runtime()
+        program = rt.cl.Program(rt.ctx, [rt.device], [data])
+        program.build(options=build_options(kernel))
+        return _Program(program, kernel_name(kernel.name))
+
+    # -- launch
+
+    def owns(self, array: Any) -> bool:
+        try:
+            import pyopencl.array as cla
+        except Exception:
+            return False
+        return isinstance(array, cla.Array)
+
+    def launch(self, handle: _Program, kernel: loop.Kernel, grid: tuple[int, int, int],
+               args: list[BoundArg]) -> None:
+        rt = self.runtime()
+        cl = rt.cl
+        if any(g <= 0 for g in grid):
+            return
+        limit = rt.device.max_work_group_size
+        if kernel.threads > limit:
+            raise ValueError(f"{kernel.threads} work-items per program exceed the device's "
+                             f"limit of {limit}: use fewer warps")
+        values, copies = [], []
+        for i, (param, arg) in enumerate(zip(kernel.params, args)):
+            if arg.kind == "array":
+                buf = self._buffer(arg)
+                if arg.host is not None:
+                    copies.append((i, arg, buf))
+                values.append(buf)
+            else:
+                dt = np.uint8 if param.dtype.is_bool else param.dtype.np
+                values.append(np.dtype(dt).type(arg.value))
+        handle.kernel.set_args(*values)
+        t = kernel.threads
+        cl.enqueue_nd_range_kernel(rt.queue, handle.kernel, (grid[0] * t, grid[1], grid[2]),
+                                   (t, 1, 1))
+        stored = stored_params(kernel)
+        for i, arg, buf in copies:
+            if i in stored and arg.nbytes:
+                cl.enqueue_copy(rt.queue, arg.host, buf, is_blocking=True)
+        rt.queue.finish()
+
+    def _buffer(self, arg: BoundArg) -> Any:
+        rt = self.runtime()
+        cl = rt.cl
+        if arg.host is None:
+            if not self.owns(arg.value):
+                raise TypeError(f"argument {arg.name!r}: {type(arg.value).__name__} is not a "
+                                "NumPy or PyOpenCL array")
+            if arg.value.offset:
+                raise ValueError(f"argument {arg.name!r}: PyOpenCL arrays with an offset are "
+                                 "not supported; pass a copy")
+            return arg.value.base_data
+        mf = cl.mem_flags
+        if not arg.nbytes:  # zero-size arrays still need a valid buffer
+            return cl.Buffer(rt.ctx, mf.READ_WRITE, 1)
+        return cl.Buffer(rt.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=arg.host)
+

@@ -1,0 +1,340 @@
+"""A Python simulator of the Loop IR, for tests of the lowering.
+
+`run_kernel(kernel, grid, args)` executes every program instance of `grid` in turn.  The
+`kernel.threads` threads of a program run as Python generators that yield at each `Barrier`; they
+advance in lock-step from barrier to barrier (a thread that finishes while another waits at a
+barrier is an error: barriers must be reached uniformly).  Register arrays and variables are per
+thread, shared arrays per program; array arguments are NumPy arrays updated in place.
+
+Values are NumPy scalars of their Loop IR type (so integers wrap); a pointer is a tuple
+(argument index, element offset).  The semantics are those stated in kdsl/ir/loop.py: Round to
+float16 via `np.float16`, to bfloat16 by rounding the float32 bits (nearest even); C integer
+division and remainder with x / 0 == x % 0 == 0; a masked `Load` reads no memory where its mask
+is false.  Every memory access is bounds-checked (IndexError), which makes the simulator a
+checker of the lowering's masking too.  It is slow: keep tiles small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from . import loop as L
+from .types import DType, PointerType, bfloat16, float16
+
+
+def _np(t: DType) -> type:
+    return np.float32 if t in (float16, bfloat16) else t.np.type
+
+
+def _typed(v: Any, t) -> Any:
+    if isinstance(t, PointerType):
+        return v
+    with np.errstate(all="ignore"):
+        return np.array(v).astype(_np(t))[()]
+
+
+def round_bf16(x: float) -> np.float32:
+    """Nearest-even rounding of a float32 to bfloat16, returned as float32."""
+    u = int(np.array(x, dtype=np.float32).view(np.uint32))
+    if (u & 0x7FFFFFFF) > 0x7F800000:  # NaN: keep it quiet
+        u = (u | 0x400000) & 0xFFFF0000
+    else:
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000) & 0xFFFFFFFF
+    return np.array(u, dtype=np.uint32).view(np.float32)[()]
+
+
+def _idiv(a, b, t):
+    if b == 0:
+        return _typed(0, t)
+    q = abs(int(a)) // abs(int(b))
+    return _typed(q if (a < 0) == (b < 0) else -q, t)
+
+
+def _imod(a, b, t):
+    if b == 0:
+        return _typed(0, t)
+    return _typed(int(a) - int(_idiv(a, b, t)) * int(b), t)
+
+
+def _pow(a, b, t):
+    if t.is_float:
+        return np.power(a, b)
+    b = int(b)
+    if b < 0:
+        return _typed(1 if a == 1 else (((-1) ** (-b)) if a == -1 else 0), t)
+    return _typed(pow(int(a), b, 1 << 64), t)
+
+
+def _shift(f):
+    def g(a, b, t):
+        return f(a, _typed(b, t))
+    return g
+
+
+_BINARY: dict[str, Callable] = {
+    "add": lambda a, b, t: a + b,
+    "sub": lambda a, b, t: a - b,
+    "mul": lambda a, b, t: a * b,
+    "div": lambda a, b, t: a / b if t.is_float else _idiv(a, b, t),
+    "mod": lambda a, b, t: np.fmod(a, b) if t.is_float else _imod(a, b, t),
+    "pow": _pow,
+    "and": lambda a, b, t: np.bitwise_and(a, b),
+    "or": lambda a, b, t: np.bitwise_or(a, b),
+    "xor": lambda a, b, t: np.bitwise_xor(a, b),
+    "shl": _shift(np.left_shift),
+    "shr": _shift(np.right_shift),
+    "maximum": lambda a, b, t: np.maximum(a, b),
+    "minimum": lambda a, b, t: np.minimum(a, b),
+    "eq": lambda a, b, t: a == b,
+    "ne": lambda a, b, t: a != b,
+    "lt": lambda a, b, t: a < b,
+    "le": lambda a, b, t: a <= b,
+    "gt": lambda a, b, t: a > b,
+    "ge": lambda a, b, t: a >= b,
+    "land": lambda a, b, t: bool(a) and bool(b),
+    "lor": lambda a, b, t: bool(a) or bool(b),
+}
+
+_UNARY: dict[str, Callable] = {
+    "neg": np.negative,
+    "not": lambda x: not x if isinstance(x, (bool, np.bool_)) else np.invert(x),
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "abs": np.abs, "sin": np.sin, "cos": np.cos,
+    "tanh": np.tanh, "erf": lambda x: math.erf(x),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "floor": np.floor, "ceil": np.ceil,
+    "isnan": np.isnan,
+}
+
+
+def _cast(x, src, dst):
+    if isinstance(dst, PointerType) or isinstance(src, PointerType):
+        return x
+    if dst.is_bool:
+        return np.bool_(x != 0)
+    if dst.is_int and not src.is_bool and src.is_float:
+        if not np.isfinite(x):
+            return _typed(0, dst)
+        return _typed(int(x), dst)  # truncation toward zero, wrapping
+    if dst.is_int:
+        return _typed(int(x), dst)
+    return _typed(x, dst)
+
+
+class _Thread:
+    __slots__ = ("regs", "tid", "vars")
+
+    def __init__(self, tid: int):
+        self.tid = tid
+        self.vars: dict[str, Any] = {}
+        self.regs: dict[str, np.ndarray] = {}
+
+
+class _Program:
+    """One program instance: its id, the launch's buffers, shared arrays, the kernel."""
+
+    def __init__(self, kernel: L.Kernel, pid, grid, buffers, params):
+        self.kernel = kernel
+        self.pid = pid
+        self.grid = grid
+        self.buffers = buffers
+        self.params = params
+        self.shared = {a.name: _new_array(a) for a in kernel.arrays if a.space == "shared"}
+
+    # ---------------------------------------------------------------------- expressions
+
+    def ev(self, e: L.Expr, th: _Thread) -> Any:
+        return _EVAL[type(e)](self, e, th)
+
+    def array(self, a: L.Array, th: _Thread) -> np.ndarray:
+        return self.shared[a.name] if a.space == "shared" else th.regs[a.name]
+
+    def mem(self, ptr, pointee: DType) -> tuple[np.ndarray, int]:
+        buf, off = ptr
+        arr = self.buffers[buf]
+        if not 0 <= off < arr.size:
+            raise IndexError(f"access at offset {off} of argument {buf} (size {arr.size})")
+        return arr, off
+
+    def load(self, ptr, pointee: DType):
+        arr, off = self.mem(ptr, pointee)
+        v = arr[off]
+        if pointee == bfloat16:
+            return np.array(int(v) << 16, dtype=np.uint32).view(np.float32)[()]
+        return _typed(v, pointee)
+
+    def store(self, ptr, pointee: DType, v) -> None:
+        arr, off = self.mem(ptr, pointee)
+        if pointee == bfloat16:
+            v = int(np.array(round_bf16(v), dtype=np.float32).view(np.uint32)) >> 16
+        arr[off] = v
+
+    # ----------------------------------------------------------------------- statements
+
+    def run(self, stmts: list[L.Stmt], th: _Thread) -> Iterator[None]:
+        for s in stmts:
+            match s:
+                case L.Assign(var=v, value=x):
+                    th.vars[v.name] = _typed(self.ev(x, th), v.dtype)
+                case L.ArrayStore(array=a, index=i, value=x):
+                    arr, idx = self.array(a, th), int(self.ev(i, th))
+                    if not 0 <= idx < a.size:
+                        raise IndexError(f"{a.name}[{idx}] out of bounds (size {a.size})")
+                    arr[idx] = self.ev(x, th)
+                case L.Store(ptr=p, value=x, mask=m):
+                    if m is None or self.ev(m, th):
+                        self.store(self.ev(p, th), p.dtype.pointee, self.ev(x, th))
+                case L.AtomicAdd(ptr=p, value=x, mask=m, result=r):
+                    if m is None or self.ev(m, th):
+                        ptr, pointee = self.ev(p, th), p.dtype.pointee
+                        old = self.load(ptr, pointee)
+                        self.store(ptr, pointee, _typed(old + self.ev(x, th), pointee))
+                        if r is not None:
+                            th.vars[r.name] = old
+                case L.For(var=v, lo=lo, hi=hi, step=st, body=b):
+                    i, end, step = (int(self.ev(x, th)) for x in (lo, hi, st))
+                    while (i < end) if step > 0 else (i > end):
+                        th.vars[v.name] = _typed(i, v.dtype)
+                        yield from self.run(b, th)
+                        i += step
+                case L.While(cond_body=cb, cond=c, body=b):
+                    while True:
+                        yield from self.run(cb, th)
+                        if not self.ev(c, th):
+                            break
+                        yield from self.run(b, th)
+                case L.If(cond=c, then=t, orelse=o):
+                    yield from self.run(t if self.ev(c, th) else o, th)
+                case L.Barrier():
+                    yield
+                case L.Comment():
+                    pass
+                case _:
+                    raise TypeError(f"unknown statement {s!r}")
+
+    def execute(self) -> None:
+        k = self.kernel
+        threads = []
+        for t in range(k.threads):
+            th = _Thread(t)
+            th.vars.update(self.params)
+            th.regs = {a.name: _new_array(a) for a in k.arrays if a.space == "reg"}
+            threads.append(self.run(k.body, th))
+        barriers = 0
+        while True:
+            done = []
+            for g in threads:
+                try:
+                    next(g)
+                    done.append(False)
+                except StopIteration:
+                    done.append(True)
+            if all(done):
+                return
+            if any(done):
+                raise RuntimeError(f"barrier {barriers} not reached by every thread of "
+                                   f"program {self.pid}")
+            barriers += 1
+
+
+def _new_array(a: L.Array) -> np.ndarray:
+    if isinstance(a.dtype, PointerType):
+        return np.empty(a.size, dtype=object)
+    return np.zeros(a.size, dtype=_np(a.dtype))
+
+
+def _ev_binary(p, e, th):
+    a, b = p.ev(e.a, th), p.ev(e.b, th)
+    with np.errstate(all="ignore"):
+        r = _BINARY[e.op](a, b, e.a.dtype)
+    return _typed(r, e.dtype)
+
+
+def _ev_unary(p, e, th):
+    with np.errstate(all="ignore"):
+        return _typed(_UNARY[e.op](p.ev(e.x, th)), e.dtype)
+
+
+def _ev_fma(p, e, th):
+    a, b, c = (p.ev(x, th) for x in (e.a, e.b, e.c))
+    if e.dtype.is_float and e.dtype.bits <= 32:
+        return _typed(np.float64(a) * np.float64(b) + np.float64(c), e.dtype)
+    fma = getattr(math, "fma", None)
+    with np.errstate(all="ignore"):
+        return _typed(fma(a, b, c) if fma else a * b + c, e.dtype)
+
+
+def _ev_round(p, e, th):
+    x = np.float32(p.ev(e.x, th))
+    return np.float32(np.float16(x)) if e.fmt == "float16" else round_bf16(x)
+
+
+def _ev_load(p, e, th):
+    if e.mask is not None and not p.ev(e.mask, th):
+        return p.ev(e.other, th) if e.other is not None else _typed(0, e.dtype)
+    return p.load(p.ev(e.ptr, th), e.ptr.dtype.pointee)
+
+
+def _ev_index(p, e, th):
+    i = int(p.ev(e.index, th))
+    if not 0 <= i < e.array.size:
+        raise IndexError(f"{e.array.name}[{i}] out of bounds (size {e.array.size})")
+    return p.array(e.array, th)[i]
+
+
+def _ev_special(p, e, th):
+    if e.kind == "tid":
+        return np.int32(th.tid)
+    return np.int32((p.pid if e.kind == "pid" else p.grid)[e.axis])
+
+
+def _ev_ptradd(p, e, th):
+    buf, off = p.ev(e.ptr, th)
+    return (buf, off + int(p.ev(e.offset, th)))
+
+
+def _ev_bitcast(p, e, th):
+    x = p.ev(e.x, th)
+    return np.array(x, dtype=_np(e.x.dtype)).view(_np(e.dtype))[()]
+
+
+_EVAL: dict[type, Callable] = {
+    L.Const: lambda p, e, th: _typed(e.value, e.dtype),
+    L.Var: lambda p, e, th: th.vars[e.name],
+    L.Special: _ev_special,
+    L.Index: _ev_index,
+    L.Unary: _ev_unary,
+    L.Binary: _ev_binary,
+    L.Select: lambda p, e, th: p.ev(e.a, th) if p.ev(e.cond, th) else p.ev(e.b, th),
+    L.Cast: lambda p, e, th: _cast(p.ev(e.x, th), e.x.dtype, e.dtype),
+    L.Bitcast: _ev_bitcast,
+    L.Round: _ev_round,
+    L.Fma: _ev_fma,
+    L.PtrAdd: _ev_ptradd,
+    L.Load: _ev_load,
+}
+
+
+def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list) -> None:
+    """Run `kernel` on `grid` (1 to 3 ints); array arguments are updated in place."""
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    buffers: list[np.ndarray] = []
+    params: dict[str, Any] = {}
+    for i, (p, a) in enumerate(zip(kernel.params, args)):
+        if isinstance(p.dtype, PointerType):
+            arr = np.asarray(a)
+            if not arr.flags.c_contiguous:
+                raise ValueError(f"argument {p.name} must be C-contiguous")
+            buffers.append(arr.reshape(-1))
+            params[p.name] = (len(buffers) - 1, 0)
+        else:
+            params[p.name] = _typed(a, p.dtype)
+    for pid in product(*(range(n) for n in reversed(grid))):
+        _Program(kernel, tuple(reversed(pid)), grid, buffers, params).execute()
+
+
+__all__ = ["round_bf16", "run_kernel"]

@@ -1,0 +1,124 @@
+"""Flat-index arithmetic for the tile lowering.
+
+Every tile element is addressed by its row-major flat index `e` (an int32 Loop IR expression).
+These helpers build the Loop IR expressions that turn `e` into coordinates and back, folding
+constants and using shifts and masks for powers of two so the generated code stays small and
+vectorisable.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from kdsl.ir.loop import Binary, Const, Expr
+from kdsl.ir.types import int32
+
+
+def c32(v: int) -> Const:
+    return Const(int(v), int32)
+
+
+def _is_const(x: Expr, v: int | None = None) -> bool:
+    return isinstance(x, Const) and (v is None or x.value == v)
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if _is_const(a) and _is_const(b):
+        return c32(a.value + b.value)
+    if _is_const(b, 0):
+        return a
+    if _is_const(a, 0):
+        return b
+    return Binary("add", a, b)
+
+
+def mul(a: Expr, n: int) -> Expr:
+    """`a * n` for a constant n >= 0 (a shift when n is a power of two)."""
+    if n == 0:
+        return c32(0)
+    if _is_const(a):
+        return c32(a.value * n)
+    if n == 1:
+        return a
+    if _pow2(n):
+        return Binary("shl", a, c32(n.bit_length() - 1))
+    return Binary("mul", a, c32(n))
+
+
+def mul_expr(a: Expr, b: Expr) -> Expr:
+    if _is_const(b):
+        return mul(a, b.value)
+    if _is_const(a):
+        return mul(b, a.value)
+    return Binary("mul", a, b)
+
+
+def div(a: Expr, n: int) -> Expr:
+    """`a / n` for a non-negative index a and constant n > 0."""
+    if n == 1:
+        return a
+    if _is_const(a):
+        return c32(a.value // n)
+    if _pow2(n):
+        return Binary("shr", a, c32(n.bit_length() - 1))
+    return Binary("div", a, c32(n))
+
+
+def mod(a: Expr, n: int) -> Expr:
+    """`a % n` for a non-negative index a and constant n > 0."""
+    if n == 1:
+        return c32(0)
+    if _is_const(a):
+        return c32(a.value % n)
+    if _pow2(n):
+        return Binary("and", a, c32(n - 1))
+    return Binary("mod", a, c32(n))
+
+
+def strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major element strides of `shape`."""
+    return tuple(prod(shape[i + 1:]) for i in range(len(shape)))
+
+
+def coord(e: Expr, shape: tuple[int, ...], axis: int) -> Expr:
+    """Coordinate along `axis` of flat index `e` (< numel) of a tile of `shape`.
+    The outermost axis needs no modulo since `e < numel`."""
+    c = div(e, strides(shape)[axis])
+    return c if axis == 0 else mod(c, shape[axis])
+
+
+def unflatten(e: Expr, shape: tuple[int, ...]) -> list[Expr]:
+    return [coord(e, shape, d) for d in range(len(shape))]
+
+
+def flatten(coords: list[Expr], shape: tuple[int, ...]) -> Expr:
+    out: Expr = c32(0)
+    for c, s in zip(coords, strides(shape)):
+        out = add(out, mul(c, s))
+    return out
+
+
+def broadcast_source(e: Expr, src: tuple[int, ...], dst: tuple[int, ...]) -> Expr:
+    """Flat index in `src` of the element read by flat element `e` of its broadcast to `dst`
+    (dims of size 1 in `src` contribute nothing)."""
+    out: Expr = c32(0)
+    for d, (s, stride) in enumerate(zip(src, strides(src))):
+        if s != 1:
+            out = add(out, mul(coord(e, dst, d), stride))
+    return out
+
+
+def trans_source(e: Expr, src: tuple[int, ...], perm: tuple[int, ...]) -> Expr:
+    """Flat index in `src` of flat element `e` of `trans(src, perm)`: output dim d is source
+    dim perm[d]."""
+    dst = tuple(src[p] for p in perm)
+    src_strides = strides(src)
+    out: Expr = c32(0)
+    for d, p in enumerate(perm):
+        if dst[d] != 1:
+            out = add(out, mul(coord(e, dst, d), src_strides[p]))
+    return out

@@ -1,0 +1,192 @@
+"""Lowering of `reduce` {op, axis}: sum, max, min, argmax, argmin.
+
+The input x (shape D, length R along `axis`, O outputs) is made addressable; output element o
+combines x at flat indices `base(o) + r * inner` for r in [0, R), where `inner` is the product of
+the dims after `axis`.  The output is computed as a member of a group of numel O, so it fuses
+with the element-wise ops that follow.
+
+With T > 1 threads and fewer outputs than threads, a two-phase reduction keeps the threads busy:
+P = the largest power of two with O*P <= T and P <= R; phase 1 gives each of O*P virtual elements
+(one per thread) a partial over r = p, p+P, ...; after a barrier, phase 2 combines each output's
+P partials.  A reduction to a scalar is computed by every thread from the same shared data, so
+its `Var` is identical (uniform) in all threads.
+
+Combining: `sum` adds in the result's register type (16-bit floats accumulate in float32 and are
+rounded once at the end, as the Tile IR interpreter defines); `max`/`min` use the NaN-propagating
+Loop IR `maximum`/`minimum`; argmax/argmin carry (value, index) and prefer the greater (smaller)
+value, then a NaN, then the lower index — NumPy's first-occurrence rule, valid for any order in
+which partials are combined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from kdsl.ir import tile
+from kdsl.ir.loop import (
+    Array,
+    ArrayStore,
+    Assign,
+    Binary,
+    Const,
+    Expr,
+    For,
+    If,
+    Index,
+    Select,
+    Stmt,
+    Unary,
+    Var,
+)
+from kdsl.ir.types import DType, int1, int32
+
+from . import lower_index as ix
+from .lower_elementwise import register_type, rounded
+
+INT32_MAX = 2**31 - 1
+
+
+def _extreme(t: DType, high: bool) -> Const:
+    """+inf/-inf for floats, the type's max/min for integers."""
+    if t.is_float:
+        return Const(float("inf") if high else float("-inf"), t)
+    if t.is_bool:
+        return Const(high, t)
+    info = np.iinfo(t.np)
+    return Const(int(info.max if high else info.min), t)
+
+
+def identity(kind: str, t: DType) -> Const:
+    if kind == "sum":
+        return Const(0.0 if t.is_float else 0, t)
+    return _extreme(t, high=kind in ("min", "argmin"))
+
+
+@dataclass
+class Acc:
+    """Accumulator variables: value, and the index for argmax/argmin."""
+
+    val: Var
+    idx: Var | None = None
+
+
+def _better(kind: str, x: Expr, xi: Expr, acc: Acc) -> Expr:
+    """True where candidate (x, xi) replaces the accumulator (argmax/argmin)."""
+    cmp = "gt" if kind == "argmax" else "lt"
+    a, ai = acc.val, acc.idx
+    earlier = Binary("lt", xi, ai)
+    take = Binary("lor", Binary(cmp, x, a), Binary("land", Binary("eq", x, a), earlier))
+    if x.dtype.is_float:
+        # A NaN beats any number (a == a is false only for NaN) and the first NaN wins.
+        nan_wins = Binary("land", Unary("isnan", x),
+                          Binary("lor", Binary("eq", a, a), earlier))
+        take = Binary("lor", take, nan_wins)
+    return take
+
+
+def combine(L, kind: str, acc: Acc, x: Expr, xi: Expr | None, out: list[Stmt]) -> None:
+    """Append `acc = acc (op) x` statements to `out`."""
+    if kind == "sum":
+        out.append(Assign(acc.val, Binary("add", acc.val, x)))
+    elif kind in ("max", "min"):
+        out.append(Assign(acc.val, Binary("maximum" if kind == "max" else "minimum", acc.val, x)))
+    else:
+        take = L.var("take", int1)
+        out.append(Assign(take, _better(kind, x, xi, acc)))
+        out.append(Assign(acc.val, Select(take, x, acc.val)))
+        out.append(Assign(acc.idx, Select(take, xi, acc.idx)))
+
+
+def reduce_loop(L, kind: str, t: DType, src: Array, src_idx: Array | None,
+                base: Expr, stride: int, lo: Expr, hi: int, step: int,
+                out: list[Stmt]) -> Acc:
+    """Append `acc = reduce(src[base + r*stride] for r in range(lo, hi, step))` to `out`.
+    Indices come from `src_idx` when given (partials), else they are r itself."""
+    acc = Acc(L.var("acc", t), L.var("acc_i", int32) if kind.startswith("arg") else None)
+    out.append(Assign(acc.val, identity(kind, t)))
+    if acc.idx is not None:
+        out.append(Assign(acc.idx, Const(INT32_MAX, int32)))
+    r = L.var("r", int32)
+    at = ix.add(base, ix.mul(r, stride))
+    x: Expr = Index(src, at)
+    xi = (Index(src_idx, at) if src_idx is not None else r) if acc.idx is not None else None
+    body: list[Stmt] = []
+    if acc.idx is not None:  # read several times by the comparison
+        xv = L.var("x", t)
+        body.append(Assign(xv, x))
+        x = xv
+    combine(L, kind, acc, x, xi, body)
+    out.append(For(r, lo, ix.c32(hi), ix.c32(step), body))
+    return acc
+
+
+def lower_reduce(L, op: tile.Op) -> None:
+    x, kind, axis = op.operands[0], op.attrs["op"], op.attrs["axis"]
+    res = op.result
+    shape = x.shape
+    R, inner = shape[axis], prod(shape[axis + 1:])
+    O = x.type.numel // R
+    xt = register_type(x.type)
+    # Sums accumulate in the result's register type; extremes stay in the input's.
+    acc_t = register_type(res.type) if kind == "sum" else xt
+    L.close()
+    arr = L.addressable(x)
+
+    def base(o: Expr) -> Expr:
+        return ix.add(ix.mul(ix.div(o, inner), R * inner), ix.mod(o, inner))
+
+    P = 1
+    if L.T > 1 and O < L.T:
+        while P * 2 * O <= L.T and P * 2 <= R:
+            P *= 2
+    src, src_idx, stride, count = arr, None, inner, R
+    src_base: Callable[[Expr], Expr] = base
+    if P > 1:
+        src, src_idx = _phase1(L, kind, acc_t, arr, O, P, R, inner, base)
+        stride, count = 1, P
+        src_base = lambda o: ix.mul(o, P)
+
+    def finish(acc: Acc) -> Expr:
+        if kind.startswith("arg"):
+            return acc.idx
+        return rounded(acc.val, res.type.elem) if kind == "sum" else acc.val
+
+    if res.type.is_scalar:
+        acc = reduce_loop(L, kind, acc_t, src, src_idx, ix.c32(0), stride, ix.c32(0), count, 1,
+                          L.out)
+        value = finish(acc)
+        if value is not acc.val and value is not acc.idx:
+            v = L.var(res.name or "red", register_type(res.type))
+            L.emit(Assign(v, value))
+            value = v
+        L.scalars[res.id] = value
+        return
+    g = L.open_group(O)
+    g.ops.add(id(op))
+    acc = reduce_loop(L, kind, acc_t, src, src_idx, src_base(g.e), stride, ix.c32(0), count, 1,
+                      g.body)
+    L.bind(res, finish(acc), g)
+
+
+def _phase1(L, kind, t, arr, O, P, R, inner, base) -> tuple[Array, Array | None]:
+    """Partials of O*P virtual elements (one per thread) into shared arrays."""
+    n = O * P
+    part = L.array("part", t, n, "shared")
+    part_i = L.array("part_i", int32, n, "shared") if kind.startswith("arg") else None
+    L.barrier()  # previous readers of shared memory (earlier loop iterations) are done
+    v = L.tid
+    o, p = ix.div(v, P), ix.mod(v, P)
+    stmts: list[Stmt] = []
+    acc = reduce_loop(L, kind, t, arr, None, base(o), inner, p, R, P, stmts)
+    stmts.append(ArrayStore(part, v, acc.val))
+    if part_i is not None:
+        stmts.append(ArrayStore(part_i, v, acc.idx))
+    if n < L.T:
+        stmts = [If(Binary("lt", v, ix.c32(n)), stmts)]
+    L.out.extend(stmts)
+    L.barrier()
+    return part, part_i

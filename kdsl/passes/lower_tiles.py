@@ -1,0 +1,661 @@
+"""The one shared lowering: Tile IR -> Loop IR, driven by a `Target`.
+
+Distribution (kdsl/ir/loop.py): with T = `target.threads`, flat element `e` of a tile of N
+elements lives in thread `e % T`, register slot `e // T`; a thread holds S = ceil(N / T) slots.
+Scalars are uniform: every thread computes them into its own `Var`s.
+
+Walking a block in order, consecutive fusable ops (element-wise ops, `iota`, `const`, `splat`,
+`reshape` and the gathers `broadcast`/`trans`) whose results have the same numel form a *group*,
+emitted as ONE element loop
+
+    for k in range(S):  e = tid + k*T;  [if e < N:]  one Assign per op
+
+A group value that is needed elsewhere (a later group, a reduction, a loop carry, a yield) is
+also written to its register array (size S, indexed by k).  Scalar ops are emitted in program
+order before the open group's loop (they never depend on it).  A group ends at a non-fusable op,
+a different numel, control flow or a scalar side effect.
+
+Gathers need their source *addressable* by flat index (`addressable`): with T == 1 that is the
+source's register array itself; with T > 1 it is a shared copy filled between barriers.  A source
+built only from indices and scalars (`offs[:, None]`, ...) is instead recomputed at the gathered
+index (`remat_ok`), which needs neither memory nor barriers.  Reductions live in
+lower_reduce.py, `dot` in lower_dot.py, the element-wise op table in lower_elementwise.py.
+
+Loop step: the Loop IR `For` compares with `<` for a positive step and `>` for a negative one
+at run time, so a runtime step of either sign is correct.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from math import prod
+
+from kdsl.errors import CompilationError
+from kdsl.ir import tile
+from kdsl.ir.loop import (
+    Array,
+    ArrayStore,
+    Assign,
+    AtomicAdd,
+    Barrier,
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    For,
+    If,
+    Index,
+    Kernel,
+    KParam,
+    Load,
+    Special,
+    Stmt,
+    Store,
+    Var,
+    While,
+)
+from kdsl.ir.types import PointerType, int32
+from kdsl.target import Target
+
+from . import lower_index as ix
+from .lower_elementwise import ELEMENTWISE, register_type
+
+# Ops computed element by element inside a group.
+GATHERS = frozenset({"broadcast", "trans"})
+FUSABLE = tile.ELEMENTWISE | {"iota", "const", "splat", "reshape"} | GATHERS
+CONTROL = frozenset({"for", "while", "if"})
+# Ops a tile value may be recomputed from at any index (pure, cheap, no memory).
+REMAT_KINDS = (
+    tile.BINARY_OPS | tile.COMPARE_OPS | tile.UNARY_OPS
+    | {"iota", "const", "splat", "reshape", "broadcast", "trans", "hint", "where", "cast",
+       "addptr", "fma"}
+)
+REMAT_LIMIT = 12  # largest expression tree (in ops) recomputed instead of stored
+
+_C_KEYWORDS = frozenset(
+    ["auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "half", "bool", "true", "false", "kernel", "global", "local", "private", "constant"]
+)
+
+
+class _Names:
+    """Unique, C-identifier-safe names."""
+
+    def __init__(self, reserved: set[str]):
+        self.used = set(reserved)
+
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"\W", "_", hint or "v") or "v"
+        if not (base[0].isalpha() or base[0] == "_"):
+            base = "v" + base
+        i = 0
+        while True:
+            name = f"{base}{i}"
+            if name not in self.used and name not in _C_KEYWORDS:
+                self.used.add(name)
+                return name
+            i += 1
+
+
+@dataclass
+class Group:
+    """The open element loop: numel `n`, slots `s`, slot variable `k`, flat index `e`."""
+
+    n: int
+    s: int
+    k: Var
+    e: Expr
+    body: list[Stmt] = field(default_factory=list)
+    ops: set[int] = field(default_factory=set)  # id() of member ops
+    values: list[tile.Value] = field(default_factory=list)
+    effects: bool = False
+
+
+def _users(fn: tile.Function) -> dict[int, list[tile.Op]]:
+    users: dict[int, list[tile.Op]] = {}
+    for op in fn.walk():
+        for o in op.operands:
+            users.setdefault(o.id, []).append(op)
+    return users
+
+
+def _pointer_sources(fn: tile.Function) -> set[int]:
+    """Indices of runtime params stored to through a pointer derived from them (a fixpoint over
+    pointer-carrying ops, loop carries and branch results)."""
+    src: dict[int, frozenset[int]] = {}
+    for i, p in enumerate(fn.runtime_params):
+        src[p.value.id] = frozenset({i})
+
+    def get(v: tile.Value) -> frozenset[int]:
+        return src.get(v.id, frozenset())
+
+    def join(v: tile.Value, s: frozenset[int]) -> bool:
+        old = get(v)
+        if s <= old:
+            return False
+        src[v.id] = old | s
+        return True
+
+    changed = True
+    while changed:
+        changed = False
+        for op in fn.walk():
+            k = op.kind
+            if k in ("addptr", "splat", "broadcast", "reshape", "trans", "hint", "cast",
+                     "bitcast") and op.results:
+                changed |= join(op.results[0], get(op.operands[0]))
+            elif k == "where":
+                changed |= join(op.results[0], get(op.operands[1]) | get(op.operands[2]))
+            elif k == "for":
+                body = op.regions[0]
+                ys = body.terminator.operands if body.terminator else []
+                for i, r in enumerate(op.results):
+                    s = get(op.operands[3 + i]) | (get(ys[i]) if i < len(ys) else frozenset())
+                    changed |= join(r, s) | join(body.args[1 + i], s)
+            elif k == "while":
+                cond, body = op.regions
+                ys = body.terminator.operands if body.terminator else []
+                cs = cond.terminator.operands[1:] if cond.terminator else []
+                for i, a in enumerate(cond.args):
+                    s = get(op.operands[i]) | (get(ys[i]) if i < len(ys) else frozenset())
+                    changed |= join(a, s)
+                for i, r in enumerate(op.results):
+                    s = get(cs[i]) if i < len(cs) else frozenset()
+                    changed |= join(r, s) | (join(body.args[i], s) if i < len(body.args)
+                                             else False)
+            elif k == "if":
+                for region in op.regions:
+                    if region.terminator:
+                        for r, y in zip(op.results, region.terminator.operands):
+                            changed |= join(r, get(y))
+    stored: set[int] = set()
+    for op in fn.walk():
+        if op.kind in tile.SIDE_EFFECTS:
+            stored |= get(op.operands[0])
+    return stored
+
+
+class Lowerer:
+    """State of one lowering.  Helpers in lower_reduce.py / lower_dot.py use its small API:
+    `close`, `open_group`, `addressable`, `read`, `bind`, `var`, `array`, `emit`, `barrier`."""
+
+    def __init__(self, fn: tile.Function, target: Target):
+        self.fn = fn
+        self.target = target
+        self.T = target.threads
+        self.tid: Expr = Special("tid") if self.T > 1 else ix.c32(0)
+        self.names = _Names({p.name for p in fn.runtime_params})
+        self.variables: list[Var] = []
+        self.arrays: list[Array] = []
+        self.scalars: dict[int, Expr] = {}   # scalar value id -> expression (Var, Const, ...)
+        self.regs: dict[int, Array] = {}     # tile value id -> register array (S slots)
+        self.cur: dict[int, Expr] = {}       # tile value id -> expression in the open group
+        self.staged: dict[int, Array] = {}   # tile value id -> addressable copy (by flat index)
+        self.group: Group | None = None
+        self.out: list[Stmt] = []
+        self.users = _users(fn)
+        self._remat: dict[int, int | None] = {}
+        self.shared_bytes = 0
+        self.op: tile.Op | None = None
+        self.hints: dict[str, dict] = {}
+
+    # ------------------------------------------------------------------------ declarations
+
+    def var(self, hint: str, dtype) -> Var:
+        v = Var(self.names.fresh(hint), dtype)
+        self.variables.append(v)
+        return v
+
+    def array(self, hint: str, dtype, size: int, space: str = "reg") -> Array:
+        a = Array(self.names.fresh(hint), dtype, size, space)
+        self.arrays.append(a)
+        if space == "shared":
+            self.shared_bytes += size * (8 if isinstance(dtype, PointerType) else dtype.itemsize)
+            if self.shared_bytes > self.target.shared_bytes:
+                loc = self.op.loc if self.op is not None else None
+                raise CompilationError(
+                    f"{self.op.kind if self.op else 'kernel'} needs {self.shared_bytes} bytes of "
+                    f"shared memory, more than the {self.target.shared_bytes} this target has",
+                    loc, self.fn.name)
+        return a
+
+    def slots(self, n: int) -> int:
+        return -(-n // self.T)
+
+    def emit(self, stmt: Stmt) -> None:
+        self.out.append(stmt)
+
+    def barrier(self) -> None:
+        """A barrier (none with one thread, and never two in a row)."""
+        if self.T > 1 and not (self.out and isinstance(self.out[-1], Barrier)):
+            self.out.append(Barrier())
+
+    @contextmanager
+    def into(self, stmts: list[Stmt]) -> Iterator[list[Stmt]]:
+        """Emit into `stmts` (a region body); addressable copies made inside stay inside."""
+        assert self.group is None
+        saved_out, saved_staged = self.out, dict(self.staged)
+        self.out = stmts
+        try:
+            yield stmts
+        finally:
+            self.close()
+            self.out, self.staged = saved_out, saved_staged
+
+    # ------------------------------------------------------------------------------ groups
+
+    def open_group(self, n: int) -> Group:
+        """The open group of numel n (closing another one first)."""
+        if self.group is not None and self.group.n != n:
+            self.close()
+        if self.group is None:
+            k = self.var("k", int32)
+            e: Expr = k
+            if self.T > 1:
+                e = self.var("e", int32)
+            self.group = Group(n, self.slots(n), k, e)
+        return self.group
+
+    def close(self) -> None:
+        """Emit the open group's element loop, storing the values needed elsewhere."""
+        g, self.group = self.group, None
+        if g is None:
+            return
+        for v in g.values:
+            if v.id not in self.regs and self._needs_array(v, g):
+                arr = self.array(v.name or "r", register_type(v.type), g.s)
+                self.regs[v.id] = arr
+                g.body.append(ArrayStore(arr, g.k, self.cur[v.id]))
+        self.cur.clear()
+        if not g.body:
+            return
+        body = g.body
+        if g.n % self.T:
+            body = [If(Binary("lt", g.e, ix.c32(g.n)), body)]
+        if self.T > 1:
+            body = [Assign(g.e, ix.add(self.tid, ix.mul(g.k, self.T)))] + body
+        self.out.append(For(g.k, ix.c32(0), ix.c32(g.s), ix.c32(1), body))
+
+    def _needs_array(self, v: tile.Value, g: Group) -> bool:
+        outside = [u for u in self.users.get(v.id, []) if id(u) not in g.ops]
+        if not outside:
+            return False
+        # Every other reader goes through `read`/`read_at`, which recompute a remat_ok value.
+        return not self.remat_ok(v) or self._needs_storage(v)
+
+    def _needs_storage(self, v: tile.Value) -> bool:
+        """Whether some user must address v in memory: a reduction input, a dot operand."""
+        return any(u.kind == "reduce" or (u.kind == "dot" and v in u.operands[:2])
+                   for u in self.users.get(v.id, []))
+
+    def bind(self, v: tile.Value, expr: Expr, g: Group) -> None:
+        """Make `expr` the value of tile `v` in group `g` (a temp unless trivially cheap)."""
+        if not isinstance(expr, (Const, Var, Special, Index)):
+            t = self.var(v.name or "t", register_type(v.type))
+            g.body.append(Assign(t, expr))
+            expr = t
+        self.cur[v.id] = expr
+        g.values.append(v)
+
+    # ------------------------------------------------------------------------------ values
+
+    def scalar(self, v: tile.Value) -> Expr:
+        return self.scalars[v.id]
+
+    def read(self, v: tile.Value) -> Expr:
+        """Value of `v` at the open group's current element."""
+        if v.type.is_scalar:
+            return self.scalars[v.id]
+        if v.id in self.cur:
+            return self.cur[v.id]
+        g = self.group
+        if v.id in self.regs:
+            return Index(self.regs[v.id], g.k)
+        if self.remat_ok(v):
+            # Recompute it here, once per group: its operands are read the same way.
+            op: tile.Op = v.owner
+            if op.kind in GATHERS:
+                expr = self.read_at(op.operands[0], self.gather_index(op, g.e))
+            else:
+                expr = ELEMENTWISE[op.kind](op, [self.read(o) for o in op.operands], g.e)
+            if not isinstance(expr, (Const, Var, Special, Index)):
+                t = self.var(v.name or "t", register_type(v.type))
+                g.body.append(Assign(t, expr))
+                expr = t
+            self.cur[v.id] = expr
+            return expr
+        raise AssertionError(f"tile value {v!r} has no storage")
+
+    def read_at(self, v: tile.Value, idx: Expr) -> Expr:
+        """Value of `v` at flat index `idx` (any thread's element)."""
+        if v.type.is_scalar:
+            return self.scalars[v.id]
+        if self.T == 1 and v.id in self.regs:
+            return Index(self.regs[v.id], idx)
+        if v.id in self.staged:
+            return Index(self.staged[v.id], idx)
+        assert self.remat_ok(v), v
+        return self.eval_at(v, idx)
+
+    def remat_ok(self, v: tile.Value) -> bool:
+        return self._remat_size(v) is not None
+
+    def _remat_size(self, v: tile.Value) -> int | None:
+        if v.type.is_scalar:
+            return 0
+        if v.id in self._remat:
+            return self._remat[v.id]
+        size: int | None = None
+        op = v.owner
+        if isinstance(op, tile.Op) and op.kind in REMAT_KINDS:
+            parts = [self._remat_size(o) for o in op.operands]
+            if None not in parts and 1 + sum(parts) <= REMAT_LIMIT:
+                size = 1 + sum(parts)
+        self._remat[v.id] = size
+        return size
+
+    def eval_at(self, v: tile.Value, idx: Expr) -> Expr:
+        """Recompute a `remat_ok` value at flat index `idx`."""
+        if v.type.is_scalar:
+            return self.scalars[v.id]
+        op: tile.Op = v.owner
+        src = op.operands[0] if op.operands else None
+        if op.kind in GATHERS:
+            return self.eval_at(src, self.gather_index(op, idx))
+        return ELEMENTWISE[op.kind](op, [self.eval_at(o, idx) for o in op.operands], idx)
+
+    @staticmethod
+    def gather_index(op: tile.Op, idx: Expr) -> Expr:
+        src = op.operands[0].shape
+        if op.kind == "broadcast":
+            return ix.broadcast_source(idx, src, op.results[0].shape)
+        return ix.trans_source(idx, src, tuple(op.attrs["perm"]))
+
+    def addressable(self, v: tile.Value) -> Array:
+        """An array holding `v` indexed by flat element (closes the open group if needed)."""
+        if self.T == 1:
+            if v.id not in self.regs:
+                self.close()
+            return self.regs[v.id]
+        if v.id in self.staged:
+            return self.staged[v.id]
+        self.close()
+        n = v.type.numel
+        sh = self.array((v.name or "s") + "_sh", register_type(v.type), n, "shared")
+        self.barrier()  # earlier readers of shared memory (a previous loop iteration) are done
+        g = self.open_group(n)
+        g.body.append(ArrayStore(sh, g.e, Index(self.regs[v.id], g.k)))
+        self.close()
+        self.barrier()
+        self.staged[v.id] = sh
+        return sh
+
+    # --------------------------------------------------------------------------------- ops
+
+    def lower_block(self, block: tile.Block) -> tile.Op | None:
+        """Lower a block's ops into `self.out`; returns its terminator (not lowered)."""
+        for op in block.ops:
+            if op.kind in tile.TERMINATORS:
+                self.close()
+                return op
+            self.op = op
+            self.lower_op(op)
+        self.close()
+        return None
+
+    def lower_op(self, op: tile.Op) -> None:
+        k = op.kind
+        if k in _SPECIAL:
+            _SPECIAL[k](self, op)
+        elif self._is_scalar(op):
+            self.lower_scalar(op)
+        elif k in FUSABLE:
+            self.lower_fused(op)
+        else:
+            raise CompilationError(f"the tile lowering does not know op '{k}'", op.loc,
+                                   self.fn.name)
+
+    @staticmethod
+    def _is_scalar(op: tile.Op) -> bool:
+        if op.results:
+            return all(r.type.is_scalar for r in op.results)
+        return op.operands[0].type.is_scalar
+
+    def _result_var(self, v: tile.Value, expr: Expr) -> None:
+        if isinstance(expr, (Const, Var, Special)):
+            self.scalars[v.id] = expr
+        else:
+            var = self.var(v.name or "s", register_type(v.type))
+            self.emit(Assign(var, expr))
+            self.scalars[v.id] = var
+
+    def lower_scalar(self, op: tile.Op) -> None:
+        k = op.kind
+        if k in tile.SIDE_EFFECTS or (k == "load" and self.group and self.group.effects):
+            self.close()  # keep memory effects in program order
+        xs = [self.scalar(o) for o in op.operands]
+        if k == "program_id":
+            self.scalars[op.result.id] = Special("pid", op.attrs["axis"])
+        elif k == "num_programs":
+            self.scalars[op.result.id] = Special("nprog", op.attrs["axis"])
+        elif k == "load":
+            self._result_var(op.result, Load(xs[0], *_mask_other(xs), loc=op.loc))
+        elif k == "store":
+            self.emit(self._once(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc)))
+        elif k == "atomic_add":
+            self._scalar_atomic(op, xs)
+        elif k == "hint":
+            self.scalars[op.result.id] = xs[0]
+            self.hints[getattr(xs[0], "name", "")] = dict(op.attrs)
+        else:
+            self._result_var(op.result, ELEMENTWISE[k](op, xs, ix.c32(0)))
+
+    def _once(self, stmt: Stmt) -> Stmt:
+        """A scalar side effect runs once per program: in thread 0 only."""
+        return stmt if self.T == 1 else If(Binary("eq", self.tid, ix.c32(0)), [stmt])
+
+    def _scalar_atomic(self, op: tile.Op, xs: list[Expr]) -> None:
+        used = bool(self.users.get(op.result.id))
+        res = self.var(op.result.name or "old", register_type(op.result.type)) if used else None
+        mask = xs[2] if len(xs) > 2 else None
+        if self.T == 1 or not used:
+            self.emit(self._once(AtomicAdd(xs[0], xs[1], mask, res, loc=op.loc)))
+        else:
+            # Thread 0 performs it; the old value reaches every thread through shared memory.
+            slot = self.array("old_sh", res.dtype, 1, "shared")
+            self.barrier()
+            self.emit(self._once(AtomicAdd(xs[0], xs[1], mask, res, loc=op.loc)))
+            self.emit(self._once(ArrayStore(slot, ix.c32(0), res)))
+            self.barrier()
+            self.emit(Assign(res, Index(slot, ix.c32(0))))
+        if res is not None:
+            self.scalars[op.result.id] = res
+
+    def lower_fused(self, op: tile.Op) -> None:
+        k = op.kind
+        shape = op.results[0].shape if op.results else op.operands[0].shape
+        src = op.operands[0] if op.operands else None
+        if op.results and self.remat_ok(op.result) and not self._needs_storage(op.result):
+            return  # computed lazily where it is read (`read`), so no dead code is emitted
+        if k in GATHERS and not src.type.is_scalar and not self.remat_ok(src):
+            self.addressable(src)
+        g = self.open_group(prod(shape))
+        g.ops.add(id(op))
+        if k in GATHERS:
+            self.bind(op.result, self.read_at(src, self.gather_index(op, g.e)), g)
+            return
+        xs = [self.read(o) for o in op.operands]
+        if k == "load":
+            self.bind(op.result, Load(xs[0], *_mask_other(xs), loc=op.loc), g)
+        elif k == "store":
+            g.body.append(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc))
+            g.effects = True
+        elif k == "atomic_add":
+            res = None
+            if self.users.get(op.result.id):
+                res = self.var(op.result.name or "old", register_type(op.result.type))
+            g.body.append(AtomicAdd(xs[0], xs[1], xs[2] if len(xs) > 2 else None, res,
+                                    loc=op.loc))
+            g.effects = True
+            if res is not None:
+                self.cur[op.result.id] = res
+                g.values.append(op.result)
+        else:
+            self.bind(op.result, ELEMENTWISE[k](op, xs, g.e), g)
+
+    # ------------------------------------------------------------------------ control flow
+
+    def storage(self, v: tile.Value, hint: str) -> Var | Array:
+        """Fresh mutable storage for values of v's type (a Var, or a register array)."""
+        t = register_type(v.type)
+        if v.type.is_scalar:
+            return self.var(hint, t)
+        return self.array(hint, t, self.slots(v.type.numel))
+
+    def bind_storage(self, v: tile.Value, st: Var | Array) -> None:
+        if isinstance(st, Var):
+            self.scalars[v.id] = st
+        else:
+            self.regs[v.id] = st
+
+    def copy(self, dsts: list[Var | Array], srcs: list[tile.Value]) -> None:
+        """dst_i = src_i for all i at once (all sources read before any write: swaps work)."""
+        pairs = [(d, s) for d, s in zip(dsts, srcs)
+                 if not (isinstance(d, Var) and self.scalars.get(s.id) is d)
+                 and not (isinstance(d, Array) and self.regs.get(s.id) is d)]
+        scalar_pairs = [(d, s) for d, s in pairs if isinstance(d, Var)]
+        temps = []
+        for d, s in scalar_pairs:
+            t = self.var(d.name + "_next", d.dtype) if len(scalar_pairs) > 1 else None
+            if t is not None:
+                self.emit(Assign(t, self.scalar(s)))
+            temps.append(t)
+        for (d, s), t in zip(scalar_pairs, temps):
+            self.emit(Assign(d, t if t is not None else self.scalar(s)))
+        by_numel: dict[int, list] = {}
+        for d, s in pairs:
+            if isinstance(d, Array):
+                by_numel.setdefault(s.type.numel, []).append((d, s))
+        for n, group_pairs in by_numel.items():
+            g = self.open_group(n)
+            reads = []
+            for d, s in group_pairs:
+                t = self.var(d.name + "_next", d.dtype)
+                g.body.append(Assign(t, self.read(s)))
+                reads.append(t)
+            for (d, s), t in zip(group_pairs, reads):
+                g.body.append(ArrayStore(d, g.k, t))
+            self.close()
+
+    def lower_region(self, block: tile.Block, args: list[Var | Array]) -> tuple[list[Stmt],
+                                                                                  tile.Op | None]:
+        for a, st in zip(block.args, args):
+            self.bind_storage(a, st)
+        stmts: list[Stmt] = []
+        with self.into(stmts):
+            term = self.lower_block(block)
+        return stmts, term
+
+
+def _mask_other(xs: list[Expr]) -> tuple[Expr | None, Expr | None]:
+    return (xs[1], xs[2]) if len(xs) > 2 else (xs[1] if len(xs) > 1 else None, None)
+
+
+def _lower_for(L: Lowerer, op: tile.Op) -> None:
+    L.close()
+    lo, hi, step, *inits = op.operands
+    body = op.regions[0]
+    iv_t = register_type(body.args[0].type)
+    carried = [L.storage(r, (a.name or "c")) for r, a in zip(op.results, body.args[1:])]
+    L.copy(carried, inits)
+    iv = L.var(body.args[0].name or "i", iv_t)
+
+    def bound(v: tile.Value) -> Expr:
+        x = L.scalar(v)
+        return x if x.dtype == iv_t else Cast(x, iv_t)
+
+    L.scalars[body.args[0].id] = iv
+    stmts, term = L.lower_region(body, [iv] + carried)
+    with L.into(stmts):
+        L.copy(carried, term.operands if term else [])
+    L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
+    for r, st in zip(op.results, carried):
+        L.bind_storage(r, st)
+
+
+def _lower_while(L: Lowerer, op: tile.Op) -> None:
+    L.close()
+    cond_block, body = op.regions
+    before = [L.storage(a, a.name or "w") for a in cond_block.args]
+    L.copy(before, op.operands)
+    cond_stmts, term = L.lower_region(cond_block, before)
+    c, *passed = term.operands
+    if [v.id for v in passed] == [a.id for a in cond_block.args]:
+        after = before
+    else:
+        after = [L.storage(r, r.name or "wr") for r in op.results]
+    cvar = L.var("cond", register_type(c.type))
+    with L.into(cond_stmts):
+        L.emit(Assign(cvar, L.scalar(c)))
+        if after is not before:
+            L.copy(after, passed)
+    body_stmts, yterm = L.lower_region(body, after)
+    with L.into(body_stmts):
+        L.copy(before, yterm.operands if yterm else [])
+    L.emit(While(cond_stmts, cvar, body_stmts))
+    for r, st in zip(op.results, after):
+        L.bind_storage(r, st)
+
+
+def _lower_if(L: Lowerer, op: tile.Op) -> None:
+    L.close()
+    results = [L.storage(r, r.name or "ifr") for r in op.results]
+    branches = []
+    for region in op.regions:
+        stmts, term = L.lower_region(region, [])
+        with L.into(stmts):
+            L.copy(results, term.operands if term else [])
+        branches.append(stmts)
+    L.emit(If(L.scalar(op.operands[0]), branches[0], branches[1] if len(branches) > 1 else []))
+    for r, st in zip(op.results, results):
+        L.bind_storage(r, st)
+
+
+def _lower_reduce(L: Lowerer, op: tile.Op) -> None:
+    from .lower_reduce import lower_reduce
+
+    lower_reduce(L, op)
+
+
+def _lower_dot(L: Lowerer, op: tile.Op) -> None:
+    from .lower_dot import dot_strategy
+
+    dot_strategy(L.target)(L, op)
+
+
+_SPECIAL = {
+    "for": _lower_for, "while": _lower_while, "if": _lower_if,
+    "reduce": _lower_reduce, "dot": _lower_dot,
+}
+
+
+def lower(fn: tile.Function, target: Target) -> Kernel:
+    """Lower a Tile IR function to the Loop IR kernel run by each program instance."""
+    L = Lowerer(fn, target)
+    params = []
+    for p in fn.runtime_params:
+        params.append(KParam(p.name, p.type.elem))
+        L.scalars[p.value.id] = Var(p.name, p.type.elem)
+    L.lower_block(fn.body)
+    attrs = {
+        "stored_params": _pointer_sources(fn),
+        "shared_bytes": L.shared_bytes,
+    }
+    if L.hints:
+        attrs["hints"] = L.hints
+    return Kernel(fn.name, params, L.out, L.variables, L.arrays, L.T, attrs)
+
+
+__all__ = ["FUSABLE", "GATHERS", "Group", "Lowerer", "lower"]

@@ -1,0 +1,222 @@
+"""The on-disk cache of compiled kernels, and compilation through it.
+
+Layout: `$KDSL_CACHE_DIR/<k[:2]>/<k>.kc` (entry) and `<k>.lock` (flock), where `k` is the
+sha256 of (kdsl version, the kernel's source and its helpers', the specialisation, the
+backend's name and `backend.hash()` (toolchain and device)).
+
+An entry is `MAGIC + sha256(payload) + payload`; the payload is a pickled dict with the
+source, the IR stages, the lowered kernel and, once built, `backend.serialize(handle)`.
+Entries are written to a temporary file in the same folder and renamed into place (readers
+never see a partial file); a reader verifies the hash and unpickles, and on any failure deletes
+the entry and recompiles.  A per-key `flock` around compile+store keeps concurrent processes
+from compiling the same kernel twice.  `KDSL_CACHE_DIR` and `KDSL_CACHE` (0 disables the
+disk cache) are read at each use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kdsl.backends.base import Backend
+
+from .compiler import CompiledKernel, compile_kernel
+
+MAGIC = b"KDSLC1\n"
+FORMAT = 1
+_DIGEST = 32
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: renames alone keep entries whole
+    fcntl = None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KDSL_CACHE_DIR") or Path.home() / ".cache" / "kdsl")
+
+
+def enabled() -> bool:
+    return os.environ.get("KDSL_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def make_key(version: str, sources: str, spec: Any, backend: str, backend_hash: str
+             ) -> str | None:
+    """sha256 hex of the key parts, or None when the specialisation has no stable text (a
+    constexpr whose repr is an object address would never hit again)."""
+    spec_text = repr(spec)
+    if " at 0x" in spec_text:
+        return None
+    h = hashlib.sha256()
+    for part in (version, sources, spec_text, backend, backend_hash):
+        b = part.encode()
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def entry_path(key: str) -> Path:
+    return cache_dir() / key[:2] / f"{key}.kc"
+
+
+# ------------------------------------------------------------------------------ entries
+
+def store(key: str, payload: dict[str, Any]) -> bool:
+    """Write an entry atomically; False (and nothing written) when it cannot be pickled or
+    the folder is not writable."""
+    try:
+        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    path = entry_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(MAGIC + hashlib.sha256(data).digest() + data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError:
+        return False
+    return True
+
+
+def load(key: str) -> dict[str, Any] | None:
+    """The payload stored under `key`, or None; a corrupt entry is deleted."""
+    path = entry_path(key)
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        head = len(MAGIC)
+        if raw[:head] != MAGIC or len(raw) < head + _DIGEST:
+            raise ValueError("bad header")
+        data = raw[head + _DIGEST:]
+        if hashlib.sha256(data).digest() != raw[head:head + _DIGEST]:
+            raise ValueError("content hash mismatch")
+        payload = pickle.loads(data)
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT \
+                or payload.get("key") != key:
+            raise ValueError("unexpected payload")
+        return payload
+    except Exception:
+        discard(key)
+        return None
+
+
+def discard(key: str) -> None:
+    with contextlib.suppress(OSError):
+        entry_path(key).unlink()
+
+
+@contextlib.contextmanager
+def locked(key: str) -> Iterator[None]:
+    """Exclusive lock for `key` across processes (a no-op where flock or the folder is
+    unavailable: correctness rests on atomic renames, the lock only saves duplicate work)."""
+    f = None
+    if fcntl is not None:
+        try:
+            lock = entry_path(key).with_suffix(".lock")
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            f = open(lock, "a+b")
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        except OSError:
+            if f is not None:
+                f.close()
+            f = None
+    try:
+        yield
+    finally:
+        if f is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            f.close()
+
+
+def _payload(key: str, ck: CompiledKernel) -> dict[str, Any]:
+    binary = None
+    if ck.is_built:
+        try:
+            binary = ck.backend_obj.serialize(ck.handle)
+        except Exception:  # the entry stays useful without it: rebuilt from source
+            binary = None
+    return {"format": FORMAT, "key": key, "name": ck.name, "backend": ck.backend,
+            "num_warps": ck.num_warps, "source": ck.source, "ir": ck.ir, "kernel": ck.kernel,
+            "binary": binary}
+
+
+def _from_payload(p: dict[str, Any], be: Backend) -> CompiledKernel:
+    handle = None
+    if p.get("binary") is not None:
+        handle = be.deserialize(p["kernel"], p["binary"])
+    return CompiledKernel(p["name"], be, p["kernel"], p["source"], p["ir"], p["num_warps"],
+                          handle)
+
+
+def _store_binary_later(key: str, ck: CompiledKernel) -> None:
+    """After a lazy build, rewrite the entry with the serialised handle."""
+    def on_built(c: CompiledKernel) -> None:
+        if enabled():
+            store(key, _payload(key, c))
+    ck.on_built = on_built
+
+
+# ------------------------------------------------------------------------------ compile
+
+def cached_compile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any],
+                   backend: Backend, num_warps: int, check: bool, *, sources: str,
+                   spec: Any, version: str, build: bool) -> CompiledKernel:
+    """`compile_kernel` through the disk cache.  `sources` is the text identifying the
+    kernel's code, `spec` its specialisation; with `build` the handle is built (and stored)."""
+    def compile_() -> CompiledKernel:
+        return compile_kernel(jitfn, arg_types, constexprs, backend, num_warps, check,
+                              build=build)
+
+    if not enabled():
+        return compile_()
+    try:
+        bhash = str(backend.hash())
+    except Exception:  # a backend that cannot identify itself here is not cached
+        return compile_()
+    key = make_key(version, sources, spec, backend.name, bhash)
+    if key is None:
+        return compile_()
+
+    def from_disk() -> CompiledKernel | None:
+        p = load(key)
+        if p is None:
+            return None
+        try:
+            ck = _from_payload(p, backend)
+            if not ck.is_built:
+                _store_binary_later(key, ck)
+            if build:
+                _ = ck.handle
+        except Exception:  # unusable binary or kernel: recompile, never trust it
+            discard(key)
+            return None
+        return ck
+
+    ck = from_disk()
+    if ck is not None:
+        return ck
+    with locked(key):
+        ck = from_disk()  # another process may have finished while we waited
+        if ck is not None:
+            return ck
+        ck = compile_()
+        store(key, _payload(key, ck))
+    if not ck.is_built:
+        _store_binary_later(key, ck)
+    return ck

@@ -1,0 +1,132 @@
+"""The compile pipeline driver and the compiled-kernel object.
+
+    build_function (frontend) -> run_tile_passes -> lower_tiles(backend.target(num_warps))
+    -> backend.add_stages -> backend.codegen -> backend.build (lazily, on first launch)
+
+`compile_kernel` records every stage's text in `CompiledKernel.ir` ("tile", the tile passes,
+"loop", backend stages, then the source under the backend's name).  Building is deferred so
+that code generation works with no device (CUDA source on a machine without a GPU).
+The frontend, passes and backends are imported inside the functions: `import kdsl` must not
+depend on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kdsl.backends.base import Backend, BoundArg
+
+
+def _resolve_backend(backend: str | Backend) -> Backend:
+    if isinstance(backend, Backend):
+        return backend
+    from kdsl.backends import get_backend
+    return get_backend(backend)
+
+
+def _stored_indices(kernel: Any) -> tuple[int, ...]:
+    """Indices of the runtime parameters the kernel stores through (names or indices in
+    `attrs["stored_params"]`); used to refuse read-only outputs before a launch."""
+    attrs = getattr(kernel, "attrs", None) or {}
+    stored = attrs.get("stored_params")
+    if not stored:
+        return ()
+    # a tile function lists constexprs among its params; launch arguments are runtime only
+    params = getattr(kernel, "runtime_params", None)
+    if params is None:
+        params = getattr(kernel, "params", [])
+    out = []
+    for i, p in enumerate(params):
+        if p.name in stored or i in stored:
+            out.append(i)
+    return tuple(out)
+
+
+class CompiledKernel:
+    """One specialisation of a kernel for one backend.
+
+    `.source` generated code, `.ir` ordered dict stage -> text, `.backend` backend name,
+    `.kernel` the lowered `loop.Kernel` (or the tile function for tile-level backends),
+    `.name`, `.num_warps`, `.handle` (built on first use), `.run(grid, args)`."""
+
+    def __init__(self, name: str, backend: Backend, kernel: Any, source: str,
+                 ir: dict[str, str], num_warps: int, handle: Any = None):
+        self.name = name
+        self.backend = backend.name
+        self.backend_obj = backend
+        self.kernel = kernel
+        self.source = source
+        self.ir = ir
+        self.num_warps = num_warps
+        self._handle = handle
+        self._launch = backend.launch
+        self._stored = _stored_indices(kernel)
+        #: called with the built handle after a lazy build (the disk cache stores the binary)
+        self.on_built: Callable[[CompiledKernel], None] | None = None
+
+    @property
+    def handle(self) -> Any:
+        if self._handle is None:
+            self._handle = self.backend_obj.build(self.kernel, self.source)
+            if self.on_built is not None:
+                cb, self.on_built = self.on_built, None
+                try:
+                    cb(self)
+                except Exception:  # caching is best effort, never a launch failure
+                    pass
+        return self._handle
+
+    @property
+    def is_built(self) -> bool:
+        return self._handle is not None
+
+    def run(self, grid: tuple[int, ...], args: list[BoundArg]) -> None:
+        """Launch on `grid` (1-3 positive ints) with bound arguments following the kernel's
+        runtime parameters."""
+        if len(grid) != 3:
+            from .binding import normalize_grid
+            grid = normalize_grid(grid)
+        for i in self._stored:
+            host = args[i].host
+            if host is not None and not host.flags.writeable:
+                raise ValueError(f"argument {args[i].name!r}: the kernel stores to it but the "
+                                 f"array is read-only")
+        handle = self._handle if self._handle is not None else self.handle
+        self._launch(handle, self.kernel, grid, args)
+
+    def __repr__(self) -> str:
+        return f"<CompiledKernel {self.name} backend={self.backend} num_warps={self.num_warps}>"
+
+
+def compile_kernel(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any],
+                   backend: str | Backend, num_warps: int = 4, check: bool = False,
+                   build: bool = False) -> CompiledKernel:
+    """Run the pipeline for one specialisation.  `arg_types`: runtime parameter name ->
+    TileType; `constexprs`: constexpr name -> value.  With `build`, also build the handle."""
+    from kdsl.frontend import build_function
+    from kdsl.ir.tile import print_function
+    from kdsl.passes import run_tile_passes
+
+    be = _resolve_backend(backend)
+    pyfn = getattr(jitfn, "fn", jitfn)
+    fn = build_function(pyfn, arg_types, constexprs)
+    # Checked mode and the launch width travel with the function to the passes and lowering.
+    fn.attrs["check"] = bool(check)
+    fn.attrs["num_warps"] = num_warps
+    ir: dict[str, str] = {"tile": print_function(fn)}
+    fn, stages = run_tile_passes(fn)
+    ir.update(stages)
+    kernel: Any = fn
+    if be.level == "loop":
+        from kdsl.ir.loop import print_kernel
+        from kdsl.passes.lower_tiles import lower
+        kernel = lower(fn, be.target(num_warps))
+        ir["loop"] = print_kernel(kernel)
+    be.add_stages(kernel, ir)
+    source = be.codegen(kernel)
+    ir[be.name] = source
+    ck = CompiledKernel(getattr(fn, "name", pyfn.__name__), be, kernel, source, ir, num_warps)
+    if build:
+        _ = ck.handle
+    return ck

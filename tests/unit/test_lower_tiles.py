@@ -1,0 +1,543 @@
+"""The shared lowering (Tile IR -> Loop IR), executed by the Loop IR simulator for 1, 4 and 8
+threads per program and checked against NumPy and the Tile IR interpreter."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+from kdsl.errors import CompilationError
+from kdsl.ir import interp, loop, tile
+from kdsl.ir.loop_interp import round_bf16, run_kernel
+from kdsl.ir.types import (
+    PointerType,
+    TileType,
+    bfloat16,
+    float16,
+    float32,
+    int1,
+    int8,
+    int32,
+    scalar,
+)
+from kdsl.passes.lower_tiles import lower
+from kdsl.target import Target
+
+THREADS = (1, 4, 8)
+
+# ------------------------------------------------------------- a hand builder of Tile IR
+
+
+def ptr(dtype) -> TileType:
+    return scalar(PointerType(dtype))
+
+
+class FB:
+    """Appends ops to the innermost open block; `fn()` verifies and returns the Function."""
+
+    def __init__(self, name: str, params: list[tuple[str, TileType]]):
+        self.name = name
+        self.body = tile.Block()
+        self.params = [tile.Param(n, t, self.body.add_arg(t, n)) for n, t in params]
+        self.args = [p.value for p in self.params]
+        self.stack = [self.body]
+
+    def fn(self) -> tile.Function:
+        f = tile.Function(self.name, self.params, self.body)
+        tile.verify(f)
+        return f
+
+    def op(self, kind, operands, rtype=None, regions=None, **attrs):
+        types = rtype if isinstance(rtype, list) else ([rtype] if rtype is not None else [])
+        o = tile.Op(kind, operands, types, attrs, regions)
+        self.stack[-1].append(o)
+        if isinstance(rtype, list):
+            return o.results
+        return o.results[0] if rtype is not None else o
+
+    # ---- conveniences
+    def const(self, value, dtype, shape=()):
+        return self.op("const", [], TileType(tuple(shape), dtype), value=value)
+
+    def pid(self, axis=0):
+        return self.op("program_id", [], scalar(int32), axis=axis)
+
+    def iota(self, n, start=0):
+        return self.op("iota", [], TileType((n,), int32), axis=0, start=start)
+
+    def iota2(self, shape, axis):
+        return self.op("iota", [], TileType(tuple(shape), int32), axis=axis, start=0)
+
+    def splat(self, x, shape):
+        return self.op("splat", [x], TileType(tuple(shape), x.elem))
+
+    def bin(self, kind, a, b):
+        elem = int1 if kind in tile.COMPARE_OPS else a.elem
+        return self.op(kind, [a, b], TileType(a.shape, elem))
+
+    def un(self, kind, a):
+        return self.op(kind, [a], a.type)
+
+    def cast(self, x, dtype):
+        return self.op("cast", [x], TileType(x.shape, dtype))
+
+    def reshape(self, x, shape):
+        return self.op("reshape", [x], TileType(tuple(shape), x.elem))
+
+    def broadcast(self, x, shape):
+        return self.op("broadcast", [x], TileType(tuple(shape), x.elem))
+
+    def trans(self, x, perm=(1, 0)):
+        return self.op("trans", [x], TileType(tuple(x.shape[p] for p in perm), x.elem),
+                       perm=tuple(perm))
+
+    def addptr(self, p, offs):
+        if not p.type.is_scalar or offs.type.is_scalar:
+            return self.op("addptr", [p, offs], TileType(offs.shape, p.elem))
+        return self.op("addptr", [self.splat(p, offs.shape), offs], TileType(offs.shape, p.elem))
+
+    def load(self, p, mask=None, other=None):
+        t = TileType(p.shape, p.elem.pointee)
+        if mask is None:
+            return self.op("load", [p], t)
+        if other is None:
+            other = self.const(0, p.elem.pointee, p.shape)
+        return self.op("load", [p, mask, other], t)
+
+    def store(self, p, v, mask=None):
+        return self.op("store", [p, v] + ([mask] if mask is not None else []))
+
+    def reduce(self, x, kind, axis):
+        shape = x.shape[:axis] + x.shape[axis + 1:]
+        elem = int32 if kind.startswith("arg") else x.elem
+        return self.op("reduce", [x], TileType(shape, elem), op=kind, axis=axis)
+
+    def dot(self, a, b, acc):
+        return self.op("dot", [a, b, acc], acc.type, precision="ieee")
+
+    def yield_(self, *vals):
+        return self.op("yield", list(vals))
+
+    @contextmanager
+    def for_(self, lo, hi, step, inits):
+        body = tile.Block()
+        iv = body.add_arg(lo.type, "i")
+        args = [body.add_arg(v.type, "c") for v in inits]
+        o = tile.Op("for", [lo, hi, step, *inits], [v.type for v in inits], {}, [body])
+        self.stack[-1].append(o)
+        self.stack.append(body)
+        yield iv, args, o.results
+        self.stack.pop()
+
+    @contextmanager
+    def region(self, block):
+        self.stack.append(block)
+        yield block
+        self.stack.pop()
+
+
+def run_all(fn, grid, make_args, threads=THREADS):
+    """Run `fn` through the Tile IR interpreter and through lowering + simulation for each
+    thread count; returns (interp args, {T: args})."""
+    ref = make_args()
+    interp.run(fn, grid, ref)
+    outs = {}
+    for t in threads:
+        args = make_args()
+        kernel = lower(fn, Target("test", threads=t))
+        run_kernel(kernel, grid, args)
+        outs[t] = args
+    return ref, outs
+
+
+def assert_close(a, b, **kw):
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
+                               **kw)
+
+
+def walk(stmts):
+    for s in stmts:
+        yield s
+        for attr in ("body", "then", "orelse", "cond_body"):
+            yield from walk(getattr(s, attr, []) or [])
+
+
+def offsets_1d(b, block):
+    """pid * block + arange(block)."""
+    base = b.bin("mul", b.pid(), b.const(block, int32))
+    return b.bin("add", b.splat(base, (block,)), b.iota(block))
+
+
+def offsets_2d(b, rows, cols, row_stride):
+    r = b.broadcast(b.reshape(b.iota(rows), (rows, 1)), (rows, cols))
+    c = b.broadcast(b.reshape(b.iota(cols), (1, cols)), (rows, cols))
+    return b.bin("add", b.bin("mul", r, b.const(row_stride, int32, (rows, cols))), c)
+
+
+# ----------------------------------------------------------------------------- element-wise
+
+
+def _axpy(block):
+    b = FB("axpy", [("x", ptr(float32)), ("y", ptr(float32)), ("out", ptr(float32)),
+                    ("n", scalar(int32))])
+    x, y, out, n = b.args
+    offs = offsets_1d(b, block)
+    m = b.bin("lt", offs, b.splat(n, (block,)))
+    xv = b.load(b.addptr(x, offs), m)
+    yv = b.load(b.addptr(y, offs), m)
+    v = b.un("exp", b.bin("sub", b.bin("mul", xv, yv), xv))
+    b.store(b.addptr(out, offs), v, m)
+    return b.fn()
+
+
+@pytest.mark.parametrize("block", [16, 12])
+def test_elementwise_masked_ragged(block):
+    fn = _axpy(block)
+    rng = np.random.default_rng(0)
+    x, y = rng.random(37, dtype=np.float32), rng.random(37, dtype=np.float32)
+    grid = (-(-37 // block),)
+    ref, outs = run_all(fn, grid, lambda: [x.copy(), y.copy(), np.zeros(40, np.float32), 37])
+    want = np.exp(x * y - x)
+    assert_close(ref[2][:37], want, rtol=1e-6)
+    for args in outs.values():
+        assert_close(args[2][:37], want, rtol=1e-6)
+        assert not args[2][37:].any(), "masked-off elements written"
+
+
+def test_elementwise_chain_is_one_loop_and_cpu_has_no_barrier():
+    fn = _axpy(16)
+    k1 = lower(fn, Target("cpu", threads=1))
+    fors = [s for s in k1.body if isinstance(s, loop.For)]
+    assert len(fors) == 1
+    assert not any(isinstance(s, (loop.Barrier, loop.For)) for s in walk(fors[0].body))
+    assert not any(a.space == "shared" for a in k1.arrays)
+    assert k1.attrs["stored_params"] == {2}
+    assert k1.attrs["shared_bytes"] == 0
+    assert k1.name == "axpy" and [p.name for p in k1.params] == ["x", "y", "out", "n"]
+    k8 = lower(fn, Target("gpu", threads=8))
+    assert k8.threads == 8
+    assert sum(isinstance(s, loop.For) for s in k8.body) == 1
+    text = loop.print_kernel(k8)
+    assert "tid" in text and "kernel axpy" in text
+    names = [v.name for v in k8.variables] + [a.name for a in k8.arrays]
+    assert len(names) == len(set(names)) and all(n.isidentifier() for n in names)
+    loads = [s for s in walk(k8.body) if isinstance(s, loop.Store)]
+    assert loads and all(s.loc is not None for s in loads)
+
+
+def test_int_semantics_division_shifts_int8():
+    b = FB("ints", [("a", ptr(int32)), ("b", ptr(int32)), ("o", ptr(int32)),
+                    ("c", ptr(int8)), ("o8", ptr(int8))])
+    a, bb, o, c, o8 = b.args
+    offs = b.iota(8)
+    av, bv = b.load(b.addptr(a, offs)), b.load(b.addptr(bb, offs))
+    q = b.bin("floordiv", av, bv)
+    r = b.bin("mod", av, bv)
+    s = b.bin("shl", av, bv)
+    res = b.bin("add", b.bin("mul", q, b.const(1000, int32, (8,))), r)
+    b.store(b.addptr(o, offs), b.bin("xor", res, s))
+    cv = b.load(b.addptr(c, offs))
+    b.store(b.addptr(o8, offs), b.bin("mul", cv, cv))
+    fn = b.fn()
+    av_ = np.array([7, -7, 7, -7, 5, 0, 1, 100], np.int32)
+    bv_ = np.array([2, 2, -2, -2, 0, 3, 33, 7], np.int32)
+    cv_ = np.array([100, -100, 3, 16, 127, -128, 0, 12], np.int8)
+    ref, outs = run_all(fn, (1,), lambda: [av_, bv_, np.zeros(8, np.int32), cv_,
+                                           np.zeros(8, np.int8)])
+    q = np.where(bv_ == 0, 0, np.trunc(av_ / np.where(bv_ == 0, 1, bv_))).astype(np.int32)
+    r = np.where(bv_ == 0, 0, av_ - q * bv_)
+    want = (q * 1000 + r) ^ (av_ << (bv_ & 31))
+    with np.errstate(all="ignore"):
+        want8 = (cv_ * cv_).astype(np.int8)
+    np.testing.assert_array_equal(ref[2], want)
+    for args in outs.values():
+        np.testing.assert_array_equal(args[2], want)
+        np.testing.assert_array_equal(args[4], want8)
+
+
+def test_float16_bfloat16_casts():
+    b = FB("half", [("x", ptr(float32)), ("h", ptr(float16)), ("bf", ptr(bfloat16)),
+                    ("back", ptr(float32))])
+    x, h, bf, back = b.args
+    offs = b.iota(16)
+    xv = b.load(b.addptr(x, offs))
+    xh = b.cast(xv, float16)
+    s = b.bin("add", xh, xh)              # float16 arithmetic, rounded
+    b.store(b.addptr(h, offs), b.bin("mul", s, xh))
+    xb = b.cast(xv, bfloat16)
+    b.store(b.addptr(bf, offs), b.bin("add", xb, b.const(1.0, bfloat16, (16,))))
+    b.store(b.addptr(back, offs), b.cast(b.cast(xh, bfloat16), float32))
+    fn = b.fn()
+    rng = np.random.default_rng(1)
+    xs = (rng.standard_normal(16) * 100).astype(np.float32)
+    ref, outs = run_all(fn, (1,), lambda: [xs, np.zeros(16, np.float16),
+                                           np.zeros(16, np.uint16), np.zeros(16, np.float32)])
+    xh_ = xs.astype(np.float16)
+    want_h = ((xh_ + xh_) * xh_).astype(np.float16)
+    bf_vals = np.array([round_bf16(round_bf16(v) + np.float32(1)) for v in xs], np.float32)
+    want_back = np.array([round_bf16(v) for v in xh_.astype(np.float32)], np.float32)
+    for args in [ref, *outs.values()]:
+        np.testing.assert_array_equal(args[1], want_h)
+        got_bf = (args[2].astype(np.uint32) << 16).view(np.float32)
+        np.testing.assert_array_equal(got_bf, bf_vals)
+        np.testing.assert_array_equal(args[3], want_back)
+
+
+# ----------------------------------------------------------------------- gathers (staging)
+
+
+def test_broadcast_of_loaded_data_and_trans():
+    M, N = 4, 8
+    b = FB("outer", [("x", ptr(float32)), ("y", ptr(float32)), ("o", ptr(float32)),
+                     ("ot", ptr(float32))])
+    x, y, o, ot = b.args
+    xv = b.load(b.addptr(x, b.iota(N)))            # (N,)
+    yv = b.load(b.addptr(y, b.iota(M)))            # (M,)
+    xb = b.broadcast(b.reshape(xv, (1, N)), (M, N))
+    yb = b.broadcast(b.reshape(yv, (M, 1)), (M, N))
+    prod_ = b.bin("add", b.bin("mul", xb, yb), yb)
+    b.store(b.addptr(o, offsets_2d(b, M, N, N)), prod_)
+    b.store(b.addptr(ot, offsets_2d(b, N, M, M)), b.trans(prod_))
+    fn = b.fn()
+    xs, ys = np.arange(N, dtype=np.float32) + 1, np.arange(M, dtype=np.float32) * 10
+    ref, outs = run_all(fn, (1,), lambda: [xs, ys, np.zeros(M * N, np.float32),
+                                           np.zeros(M * N, np.float32)])
+    want = ys[:, None] * xs[None, :] + ys[:, None]
+    for args in [ref, *outs.values()]:
+        np.testing.assert_array_equal(args[2].reshape(M, N), want)
+        np.testing.assert_array_equal(args[3].reshape(N, M), want.T)
+    k1 = lower(fn, Target("cpu", threads=1))
+    assert not any(isinstance(s, loop.Barrier) for s in walk(k1.body))
+    assert not any(a.space == "shared" for a in k1.arrays)
+    k4 = lower(fn, Target("gpu", threads=4))
+    assert any(isinstance(s, loop.Barrier) for s in walk(k4.body))
+    # Offsets built from iota are recomputed, not staged: only xv, yv and prod_ are staged.
+    assert sum(a.space == "shared" for a in k4.arrays) == 3
+    assert k4.attrs["shared_bytes"] == 4 * (N + M + M * N)
+
+
+# ------------------------------------------------------------------------------ reductions
+
+
+def _reduce_fn(shape, kind, axis, dtype=float32):
+    b = FB("red", [("x", ptr(dtype)), ("o", ptr(int32 if kind.startswith("arg") else dtype))])
+    x, o = b.args
+    n = int(np.prod(shape))
+    xv = b.load(b.addptr(x, b.reshape(b.iota(n), shape)))
+    r = b.reduce(xv, kind, axis)
+    if r.type.is_scalar:
+        b.store(o, r)
+    else:
+        b.store(b.addptr(o, b.iota(r.type.numel)), r)
+    return b.fn()
+
+
+_NP_RED = {"sum": np.sum, "max": np.max, "min": np.min, "argmax": np.argmax,
+           "argmin": np.argmin}
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min", "argmax", "argmin"])
+@pytest.mark.parametrize("shape,axis", [((4, 8), 0), ((4, 8), 1), ((16,), 0), ((2, 3), 1)])
+def test_reductions(kind, shape, axis):
+    fn = _reduce_fn(shape, kind, axis)
+    rng = np.random.default_rng(2)
+    xs = rng.integers(-5, 6, size=int(np.prod(shape))).astype(np.float32)  # ties included
+    nout = max(1, int(np.prod(shape)) // shape[axis])
+    odt = np.int32 if kind.startswith("arg") else np.float32
+    ref, outs = run_all(fn, (1,), lambda: [xs, np.zeros(nout, odt)])
+    want = np.asarray(_NP_RED[kind](xs.reshape(shape), axis=axis)).reshape(-1)
+    np.testing.assert_array_equal(ref[1], want)
+    for t, args in outs.items():
+        np.testing.assert_array_equal(args[1], want, err_msg=f"threads={t}")
+
+
+@pytest.mark.parametrize("kind", ["argmax", "argmin", "max", "min"])
+def test_argmax_nan_and_ties(kind):
+    fn = _reduce_fn((2, 8), kind, 1)
+    xs = np.array([1, 3, 3, np.nan, 2, np.nan, 3, 0,
+                   -1, -1, 5, 5, -np.inf, 5, 0, 0], np.float32)
+    odt = np.int32 if kind.startswith("arg") else np.float32
+    ref, outs = run_all(fn, (1,), lambda: [xs, np.zeros(2, odt)])
+    want = _NP_RED[kind](xs.reshape(2, 8), axis=1)
+    for args in [ref, *outs.values()]:
+        np.testing.assert_array_equal(args[1], want)
+
+
+def test_int_reduce_and_all_neg_inf_argmax():
+    fn = _reduce_fn((8,), "max", 0, int32)
+    xs = np.array([-7, -9, -2**31, -3, -3, -100, -5, -4], np.int32)
+    _, outs = run_all(fn, (1,), lambda: [xs, np.zeros(1, np.int32)])
+    assert all(a[1][0] == -3 for a in outs.values())
+    fn = _reduce_fn((8,), "argmax", 0)
+    xs = np.full(8, -np.inf, np.float32)
+    _, outs = run_all(fn, (1,), lambda: [xs, np.full(1, 7, np.int32)])
+    assert all(a[1][0] == 0 for a in outs.values())
+
+
+def test_two_phase_reduction_structure():
+    fn = _reduce_fn((2, 16), "sum", 1)
+    k = lower(fn, Target("gpu", threads=8))
+    parts = [a for a in k.arrays if a.space == "shared" and a.name.startswith("part")]
+    assert parts and parts[0].size == 8  # O * P = 2 * 4 partials, one per thread
+
+
+def test_scalar_reduction_is_uniform():
+    """A reduction to a scalar then used by every thread (store by thread 0, and a tile op)."""
+    b = FB("norm", [("x", ptr(float32)), ("o", ptr(float32))])
+    x, o = b.args
+    offs = b.iota(16)
+    xv = b.load(b.addptr(x, offs))
+    s = b.reduce(xv, "sum", 0)
+    b.store(b.addptr(o, offs), b.bin("div", xv, b.splat(s, (16,))))
+    fn = b.fn()
+    xs = np.arange(16, dtype=np.float32) + 1
+    ref, outs = run_all(fn, (1,), lambda: [xs, np.zeros(16, np.float32)])
+    for args in [ref, *outs.values()]:
+        assert_close(args[1], xs / xs.sum(), rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------- dot
+
+
+def _dot_fn(M, K, N, mask_m=None, mask_n=None, mask_k=None, dtype=float32):
+    b = FB("mm", [("a", ptr(dtype)), ("b", ptr(dtype)), ("c", ptr(float32))])
+    pa, pb, pc = b.args
+    a_offs, b_offs, c_offs = offsets_2d(b, M, K, K), offsets_2d(b, K, N, N), offsets_2d(b, M, N, N)
+    if mask_m is None:
+        av, bv = b.load(b.addptr(pa, a_offs)), b.load(b.addptr(pb, b_offs))
+    else:
+        def m2(rows, cols, rmax, cmax):
+            r = b.bin("lt", b.iota2((rows, cols), 0), b.const(rmax, int32, (rows, cols)))
+            c = b.bin("lt", b.iota2((rows, cols), 1), b.const(cmax, int32, (rows, cols)))
+            return b.bin("and", r, c)
+        av = b.load(b.addptr(pa, a_offs), m2(M, K, mask_m, mask_k))
+        bv = b.load(b.addptr(pb, b_offs), m2(K, N, mask_k, mask_n))
+    acc = b.dot(av, bv, b.const(0.0, float32, (M, N)))
+    b.store(b.addptr(pc, c_offs), acc)
+    return b.fn()
+
+
+@pytest.mark.parametrize("M,K,N", [(16, 16, 16), (8, 32, 16)])
+def test_dot(M, K, N):
+    fn = _dot_fn(M, K, N)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    bm = rng.standard_normal((K, N)).astype(np.float32)
+    threads = (1, 8) if M * N * K > 2048 else THREADS
+    ref, outs = run_all(fn, (1,), lambda: [a.ravel(), bm.ravel(), np.zeros(M * N, np.float32)],
+                        threads)
+    want = a.astype(np.float64) @ bm
+    for args in [ref, *outs.values()]:
+        assert_close(args[2].reshape(M, N), want, rtol=1e-4, atol=1e-5)
+
+
+def test_dot_ragged_float16_inputs():
+    M, K, N = 8, 8, 8
+    fn = _dot_fn(M, K, N, mask_m=5, mask_n=6, mask_k=7, dtype=float16)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    bm = rng.standard_normal((K, N)).astype(np.float16)
+    ref, outs = run_all(fn, (1,), lambda: [a.ravel(), bm.ravel(), np.zeros(M * N, np.float32)])
+    a64, b64 = a.astype(np.float64), bm.astype(np.float64)
+    a64[5:, :], a64[:, 7:], b64[7:, :], b64[:, 6:] = 0, 0, 0, 0
+    want = a64 @ b64
+    for args in [ref, *outs.values()]:
+        assert_close(args[2].reshape(M, N), want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- control flow
+
+
+def test_for_loop_carried_accumulator_and_swap():
+    """acc += x[i*8 : i*8+8] over a runtime trip count; (p, q) = (q, p) each iteration."""
+    b = FB("accum", [("x", ptr(float32)), ("o", ptr(float32)), ("n", scalar(int32)),
+                     ("o2", ptr(float32))])
+    x, o, n, o2 = b.args
+    offs = b.iota(8)
+    zero, one = b.const(0, int32), b.const(1, int32)
+    init = b.const(0.0, float32, (8,))
+    p0 = b.const(1.0, float32, (8,))
+    q0 = b.const(2.0, float32, (8,))
+    s0 = b.const(0, int32)
+    with b.for_(zero, n, one, [init, p0, q0, s0]) as (i, (acc, p, q, s), res):
+        row = b.bin("mul", i, b.const(8, int32))
+        v = b.load(b.addptr(x, b.bin("add", b.splat(row, (8,)), offs)))
+        b.yield_(b.bin("add", acc, v), q, p, b.bin("add", s, i))
+    total, pf, _, sf = res
+    tail = b.bin("add", total, b.splat(b.cast(sf, float32), (8,)))
+    b.store(b.addptr(o, offs), tail)
+    b.store(b.addptr(o2, offs), pf)
+    fn = b.fn()
+    xs = np.arange(40, dtype=np.float32)
+    ref, outs = run_all(fn, (1,), lambda: [xs, np.zeros(8, np.float32), 5,
+                                           np.zeros(8, np.float32)])
+    want = xs.reshape(5, 8).sum(0) + sum(range(5))
+    for args in [ref, *outs.values()]:
+        np.testing.assert_array_equal(args[1], want)
+        np.testing.assert_array_equal(args[3], np.full(8, 2.0, np.float32))  # 5 swaps
+
+
+def test_if_and_while():
+    b = FB("ctl", [("x", ptr(float32)), ("o", ptr(float32)), ("lim", scalar(int32))])
+    x, o, lim = b.args
+    offs = b.iota(8)
+    xv = b.load(b.addptr(x, offs))
+    is0 = b.bin("eq", b.pid(), b.const(0, int32))
+    then, els = tile.Block(), tile.Block()
+    with b.region(then):
+        b.yield_(b.bin("mul", xv, b.const(2.0, float32, (8,))))
+    with b.region(els):
+        b.yield_(b.bin("add", xv, b.const(1.0, float32, (8,))))
+    (v,) = b.op("if", [is0], [xv.type], regions=[then, els])
+    # while c < lim: c = 2c + 1, t = t + 1
+    cond, body = tile.Block(), tile.Block()
+    cc, ct = cond.add_arg(scalar(int32), "c"), cond.add_arg(v.type, "t")
+    bc, bt = body.add_arg(scalar(int32), "c"), body.add_arg(v.type, "t")
+    with b.region(cond):
+        b.op("condition", [b.bin("lt", cc, lim), cc, ct])
+    with b.region(body):
+        b.yield_(b.bin("add", b.bin("mul", bc, b.const(2, int32)), b.const(1, int32)),
+                 b.bin("add", bt, b.const(1.0, float32, (8,))))
+    c_fin, t_fin = b.op("while", [b.const(0, int32), v], [scalar(int32), v.type],
+                        regions=[cond, body])
+    base = b.bin("mul", b.pid(), b.const(8, int32))
+    out = b.bin("add", t_fin, b.splat(b.cast(c_fin, float32), (8,)))
+    b.store(b.addptr(o, b.bin("add", b.splat(base, (8,)), offs)), out)
+    fn = b.fn()
+    xs = np.arange(8, dtype=np.float32)
+    ref, outs = run_all(fn, (2,), lambda: [xs, np.zeros(16, np.float32), 10])
+    # c: 0 -> 1 -> 3 -> 7 -> 15 (4 iterations)
+    want = np.concatenate([xs * 2 + 4 + 15, xs + 1 + 4 + 15])
+    for args in [ref, *outs.values()]:
+        np.testing.assert_array_equal(args[1], want)
+
+
+def test_scalar_store_and_atomic_once_per_program():
+    b = FB("once", [("cnt", ptr(int32)), ("o", ptr(int32))])
+    cnt, o = b.args
+    old = b.op("atomic_add", [cnt, b.const(1, int32)], scalar(int32))
+    b.store(b.addptr(o, b.pid()), old)
+    fn = b.fn()
+    for t in THREADS:
+        c, out = np.zeros(1, np.int32), np.full(3, -1, np.int32)
+        k = lower(fn, Target("t", threads=t))
+        assert k.attrs["stored_params"] == {0, 1}
+        run_kernel(k, (3,), [c, out])
+        assert c[0] == 3 and sorted(out) == [0, 1, 2]
+
+
+def test_shared_memory_limit_names_the_op():
+    fn = _reduce_fn((4, 8), "sum", 1)
+    with pytest.raises(CompilationError, match="reduce"):
+        lower(fn, Target("tiny", threads=8, shared_bytes=16))
+
+
+def test_mask_type_is_bool():
+    fn = _axpy(8)
+    k = lower(fn, Target("cpu"))
+    loads = [s.value for s in walk(k.body) if isinstance(s, loop.Assign)
+             and isinstance(s.value, loop.Load)]
+    assert loads and all(ld.mask.dtype == int1 for ld in loads)
+    assert TileType((8,), float32).numel == 8
