@@ -30,10 +30,22 @@ class Tolerance:
     rtol: float
 
 
+def _dtype_name(dtype) -> str:
+    """Name of a kdsl DType, NumPy dtype, NumPy scalar type or string."""
+    if isinstance(dtype, str):
+        return dtype
+    if hasattr(dtype, "kind") and hasattr(dtype, "bits"):  # kdsl DType
+        return dtype.name
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)
+
+
 def tolerance(dtype, k: int = 1) -> Tolerance:
     """Tolerance for an output of `dtype` (NumPy dtype, kdsl DType or name) after a reduction of
     length `k`."""
-    name = getattr(dtype, "name", str(dtype))
+    name = _dtype_name(dtype)
     if name not in _EPS:
         return Tolerance(0.0, 0.0)
     t = _SAFETY * _EPS[name] * math.sqrt(max(1, k))
@@ -46,7 +58,7 @@ def assert_close(actual, expected, dtype=None, k: int = 1, what: str = "output")
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     dtype = dtype or actual.dtype
-    if str(getattr(dtype, "name", dtype)) == "bfloat16" and actual.dtype == np.uint16:
+    if _dtype_name(dtype) == "bfloat16" and actual.dtype == np.uint16:
         actual = (actual.astype(np.uint32) << 16).view(np.float32)
     a = actual.astype(np.float64)
     e = expected.astype(np.float64)
@@ -64,5 +76,5 @@ def assert_close(actual, expected, dtype=None, k: int = 1, what: str = "output")
         worst = [(tuple(int(x) for x in i), a[tuple(i)], e[tuple(i)]) for i in idx]
         raise AssertionError(
             f"{what}: {int(bad.sum())} of {bad.size} elements differ beyond atol=rtol={tol.atol:.3g}"
-            f" ({getattr(dtype, 'name', dtype)}, k={k}); first (index, got, expected): {worst}"
+            f" ({_dtype_name(dtype)}, k={k}); first (index, got, expected): {worst}"
         )

@@ -24,17 +24,17 @@ def bf16_value(bits: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------ elementwise
 
 UNARY = {
-    "exp": (lambda x: kd.exp(x), np.exp, (-80, 80)),
-    "exp2": (lambda x: kd.exp2(x), np.exp2, (-100, 100)),
-    "log": (lambda x: kd.log(x), np.log, (1e-30, 1e30)),
-    "log2": (lambda x: kd.log2(x), np.log2, (1e-30, 1e30)),
-    "sqrt": (lambda x: kd.sqrt(x), np.sqrt, (0, 1e6)),
-    "rsqrt": (lambda x: kd.rsqrt(x), lambda x: 1 / np.sqrt(x), (1e-6, 1e6)),
-    "abs": (lambda x: kd.abs(x), np.abs, (-10, 10)),
-    "sin": (lambda x: kd.sin(x), np.sin, (-100, 100)),
-    "cos": (lambda x: kd.cos(x), np.cos, (-100, 100)),
-    "tanh": (lambda x: kd.tanh(x), np.tanh, (-20, 20)),
-    "sigmoid": (lambda x: kd.sigmoid(x), lambda x: 1 / (1 + np.exp(-x)), (-30, 30)),
+    "exp": (kd.exp, np.exp, (-80, 80)),
+    "exp2": (kd.exp2, np.exp2, (-100, 100)),
+    "log": (kd.log, np.log, (1e-30, 1e30)),
+    "log2": (kd.log2, np.log2, (1e-30, 1e30)),
+    "sqrt": (kd.sqrt, np.sqrt, (0, 1e6)),
+    "rsqrt": (kd.rsqrt, lambda x: 1 / np.sqrt(x), (1e-6, 1e6)),
+    "abs": (kd.abs, np.abs, (-10, 10)),
+    "sin": (kd.sin, np.sin, (-100, 100)),
+    "cos": (kd.cos, np.cos, (-100, 100)),
+    "tanh": (kd.tanh, np.tanh, (-20, 20)),
+    "sigmoid": (kd.sigmoid, lambda x: 1 / (1 + np.exp(-x)), (-30, 30)),
 }
 
 

@@ -540,3 +540,57 @@ def test_error_inside_helper_points_at_helper_line():
 def test_missing_parameter_type():
     with pytest.raises(CompilationError, match="'y_ptr'"):
         build_function(vadd, {"x_ptr": P(float32)}, {"BLOCK": 4})
+
+
+# ------------------------------------------- execution through the Tile IR interpreter
+
+
+@pytest.fixture
+def interp():
+    return pytest.importorskip("kdsl.ir.interp")
+
+
+def test_runs_vector_add_and_early_return(interp):
+    import numpy as np
+
+    f = build(vadd, {"BLOCK": 32}, **VADD_TYPES)
+    x = np.random.rand(100).astype(np.float32)
+    y = np.random.rand(100).astype(np.float32)
+    out = np.zeros_like(x)
+    interp.run(f, (4,), [x, y, out, 100])
+    np.testing.assert_allclose(out, x + y)
+    g = build(early_return, x_ptr=P(float32), n=S(int32))
+    z = np.zeros(8, np.float32)
+    interp.run(g, (8,), [z, 5])
+    np.testing.assert_array_equal(z, [1, 1, 1, 1, 1, 0, 0, 0])
+
+
+def test_runs_softmax_matmul_while_if(interp):
+    import numpy as np
+
+    f = build(softmax, {"BLOCK": 64}, x_ptr=P(float16), y_ptr=P(float16), stride=S(int32),
+              n_cols=S(int32))
+    x = np.random.rand(3, 50).astype(np.float16)
+    out = np.zeros_like(x)
+    interp.run(f, (3,), [x, out, 50, 50])
+    ref = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out, ref / ref.sum(1, keepdims=True), atol=1e-3)
+
+    f = build(matmul, {"BM": 16, "BN": 16, "BK": 8}, a_ptr=P(float16), b_ptr=P(float16),
+              c_ptr=P(float32), M=S(int32), N=S(int32), K=S(int32))
+    a = np.random.rand(32, 24).astype(np.float16)
+    bm = np.random.rand(24, 16).astype(np.float16)
+    c = np.zeros((32, 16), np.float32)
+    interp.run(f, (2, 1), [a, bm, c, 32, 16, 24])
+    np.testing.assert_allclose(c, a.astype(np.float32) @ bm.astype(np.float32), rtol=1e-3)
+
+    f = build(while_kernel, x_ptr=P(float32), n=S(int32))
+    w = np.arange(5, dtype=np.float32)
+    interp.run(f, (1,), [w, 5])
+    assert w[0] == 10.0
+
+    f = build(if_kernel, {"FLAG": True}, x_ptr=P(float32), n=S(int32))
+    for n, want in ((7, 2 * 1.5 + 3), (2, 1.5 + 3)):
+        v = np.array([1.5], np.float32)
+        interp.run(f, (1,), [v, n])
+        assert v[0] == want
