@@ -74,6 +74,9 @@ class _FnEmitter:
         self.fn.attributes.add("nounwind")
         for a, p in zip(self.fn.args, kernel.params):
             a.name = p.name
+            # user arrays may alias (in/out the same array): noalias only on request
+            if kernel.attrs.get("noalias") and isinstance(p.dtype, PointerType):
+                a.add_attribute("noalias")
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self.params = {p.name: a for p, a in zip(kernel.params, self.fn.args)}
@@ -631,6 +634,19 @@ def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
     return LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel)
 
 
+@lru_cache(maxsize=1)
+def _toolchain_id() -> str:
+    import llvmlite
+
+    llvm = _llvm()
+    return "|".join([
+        f"llvmlite-{llvmlite.__version__}",
+        "llvm-" + ".".join(map(str, llvm.llvm_version_info)),
+        llvm.get_host_cpu_name(),
+        llvm.get_host_cpu_features().flatten(),
+    ])
+
+
 class LLVMBackend(Backend):
     name = "llvm"
     caps = frozenset({"fp64"})
@@ -646,15 +662,7 @@ class LLVMBackend(Backend):
         return Target("llvm", threads=1, warp_size=1, caps=self.caps)
 
     def hash(self) -> str:
-        import llvmlite
-
-        llvm = _llvm()
-        return "|".join([
-            f"llvmlite-{llvmlite.__version__}",
-            "llvm-" + ".".join(map(str, llvm.llvm_version_info)),
-            llvm.get_host_cpu_name(),
-            llvm.get_host_cpu_features().flatten(),
-        ])
+        return _toolchain_id()
 
     def codegen(self, kernel: L.Kernel) -> str:
         return str(generate_module(kernel))

@@ -98,8 +98,10 @@ def _pool() -> ThreadPoolExecutor:
 def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
     """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids)."""
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
+    if not all(0 <= g < 1 << 31 for g in (g0, g1, g2)):
+        raise ValueError(f"grid {tuple(grid)}: each dimension must be in [0, 2**31)")
     total = g0 * g1 * g2
-    if total <= 0:
+    if total == 0:
         return
     n = workers()
     if n == 1 or total < 2 * n:

@@ -26,7 +26,7 @@ from typing import Any
 
 from kdsl.backends.base import Backend
 
-from .compiler import CompiledKernel, compile_kernel
+from .compiler import CompiledKernel, build_tile, finish_kernel
 
 MAGIC = b"KDSLC1\n"
 FORMAT = 1
@@ -179,9 +179,13 @@ def cached_compile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, 
                    spec: Any, version: str, build: bool) -> CompiledKernel:
     """`compile_kernel` through the disk cache.  `sources` is the text identifying the
     kernel's code, `spec` its specialisation; with `build` the handle is built (and stored)."""
+    # The frontend and tile passes always run (milliseconds): the optimised tile IR, which
+    # has every global, closure value and inlined helper resolved, is part of the key, so two
+    # kernels with the same source text but different captured values never share an entry.
+    fn, ir = build_tile(jitfn, arg_types, constexprs, num_warps, check)
+
     def compile_() -> CompiledKernel:
-        return compile_kernel(jitfn, arg_types, constexprs, backend, num_warps, check,
-                              build=build)
+        return finish_kernel(fn, ir, backend, num_warps, build=build)
 
     if not enabled():
         return compile_()
@@ -189,7 +193,8 @@ def cached_compile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, 
         bhash = str(backend.hash())
     except Exception:  # a backend that cannot identify itself here is not cached
         return compile_()
-    key = make_key(version, sources, spec, backend.name, bhash)
+    tile_text = f"{getattr(fn, 'src_file', '')}\n{list(ir.values())[-1]}"
+    key = make_key(version, sources + tile_text, spec, backend.name, bhash)
     if key is None:
         return compile_()
 

@@ -99,16 +99,14 @@ class CompiledKernel:
         return f"<CompiledKernel {self.name} backend={self.backend} num_warps={self.num_warps}>"
 
 
-def compile_kernel(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any],
-                   backend: str | Backend, num_warps: int = 4, check: bool = False,
-                   build: bool = False) -> CompiledKernel:
-    """Run the pipeline for one specialisation.  `arg_types`: runtime parameter name ->
-    TileType; `constexprs`: constexpr name -> value.  With `build`, also build the handle."""
+def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any],
+               num_warps: int = 4, check: bool = False) -> tuple[Any, dict[str, str]]:
+    """Frontend and tile passes for one specialisation: (optimised tile function, stages).
+    Cheap (milliseconds); its final text identifies the kernel exactly for the disk cache."""
     from kdsl.frontend import build_function
     from kdsl.ir.tile import print_function
     from kdsl.passes import run_tile_passes
 
-    be = _resolve_backend(backend)
     pyfn = getattr(jitfn, "fn", jitfn)
     fn = build_function(pyfn, arg_types, constexprs)
     # Checked mode and the launch width travel with the function to the passes and lowering.
@@ -117,6 +115,15 @@ def compile_kernel(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, 
     ir: dict[str, str] = {"tile": print_function(fn)}
     fn, stages = run_tile_passes(fn)
     ir.update(stages)
+    return fn, ir
+
+
+def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps: int = 4,
+                  build: bool = False) -> CompiledKernel:
+    """Lowering (for loop-level backends), backend stages and code generation; with `build`,
+    also build the handle."""
+    be = _resolve_backend(backend)
+    ir = dict(ir)
     kernel: Any = fn
     if be.level == "loop":
         from kdsl.ir.loop import print_kernel
@@ -126,7 +133,16 @@ def compile_kernel(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, 
     be.add_stages(kernel, ir)
     source = be.codegen(kernel)
     ir[be.name] = source
-    ck = CompiledKernel(getattr(fn, "name", pyfn.__name__), be, kernel, source, ir, num_warps)
+    ck = CompiledKernel(fn.name, be, kernel, source, ir, num_warps)
     if build:
         _ = ck.handle
     return ck
+
+
+def compile_kernel(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any],
+                   backend: str | Backend, num_warps: int = 4, check: bool = False,
+                   build: bool = False) -> CompiledKernel:
+    """Run the pipeline for one specialisation.  `arg_types`: runtime parameter name ->
+    TileType; `constexprs`: constexpr name -> value.  With `build`, also build the handle."""
+    fn, ir = build_tile(jitfn, arg_types, constexprs, num_warps, check)
+    return finish_kernel(fn, ir, backend, num_warps, build)
