@@ -36,10 +36,10 @@ def generic_dot(L, op: tile.Op) -> None:
     N = b.shape[1]
     t = register_type(op.result.type)
     L.close()
-    A = L.addressable(a)
-    B = L.addressable(b)
+    A, B = L.addressable(a, b)
     g = L.open_group(M * N)
     g.ops.add(id(op))
+    L.note_addressed([A, B])
     m, n = ix.unflatten(g.e, (M, N))
     acc = L.var("acc", t)
     g.body.append(Assign(acc, _widen(L.read(c), t)))

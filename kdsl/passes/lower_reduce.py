@@ -134,7 +134,7 @@ def lower_reduce(L, op: tile.Op) -> None:
     # Sums accumulate in the result's register type; extremes stay in the input's.
     acc_t = register_type(res.type) if kind == "sum" else xt
     L.close()
-    arr = L.addressable(x)
+    (arr,) = L.addressable(x)
 
     def base(o: Expr) -> Expr:
         return ix.add(ix.mul(ix.div(o, inner), R * inner), ix.mod(o, inner))
@@ -167,6 +167,7 @@ def lower_reduce(L, op: tile.Op) -> None:
         return
     g = L.open_group(O)
     g.ops.add(id(op))
+    L.note_addressed([src])
     acc = reduce_loop(L, kind, acc_t, src, src_idx, src_base(g.e), stride, ix.c32(0), count, 1,
                       g.body)
     L.bind(res, finish(acc), g)

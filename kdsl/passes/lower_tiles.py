@@ -111,6 +111,9 @@ class Group:
     ops: set[int] = field(default_factory=set)  # id() of member ops
     values: list[tile.Value] = field(default_factory=list)
     effects: bool = False
+    # Register arrays read at other slots than k (T == 1 gathers, reductions, dot operands):
+    # a yield may not write them in place.
+    addressed: set[str] = field(default_factory=set)
 
 
 def _users(fn: tile.Function) -> dict[int, list[tile.Op]]:
@@ -333,6 +336,7 @@ class Lowerer:
         if v.type.is_scalar:
             return self.scalars[v.id]
         if self.T == 1 and v.id in self.regs:
+            self.group.addressed.add(self.regs[v.id].name)
             return Index(self.regs[v.id], idx)
         if v.id in self.staged:
             return Index(self.staged[v.id], idx)
@@ -373,36 +377,42 @@ class Lowerer:
             return ix.broadcast_source(idx, src, op.results[0].shape)
         return ix.trans_source(idx, src, tuple(op.attrs["perm"]))
 
-    def addressable(self, v: tile.Value) -> Array:
-        """An array holding `v` indexed by flat element (closes the open group if needed)."""
+    def addressable(self, *values: tile.Value) -> list[Array]:
+        """Arrays holding each value indexed by flat element (closes the open group if needed).
+        With T > 1 the values are staged to shared memory together, between one pair of
+        barriers."""
         if self.T == 1:
-            if v.id not in self.regs:
+            if any(v.id not in self.regs for v in values):
                 self.close()
-            return self.regs[v.id]
-        if v.id in self.staged:
-            return self.staged[v.id]
-        self.close()
-        n = v.type.numel
-        sh = self.array((v.name or "s") + "_sh", register_type(v.type), n, "shared")
-        self.barrier()  # earlier readers of shared memory (a previous loop iteration) are done
-        g = self.open_group(n)
-        g.body.append(ArrayStore(sh, g.e, Index(self.regs[v.id], g.k)))
-        self.close()
-        self.barrier()
-        self.staged[v.id] = sh
-        return sh
+            return [self.regs[v.id] for v in values]
+        todo = [v for v in dict.fromkeys(values) if v.id not in self.staged]
+        if todo:
+            self.close()
+            self.barrier()  # earlier readers of shared memory (a previous iteration) are done
+            for v in todo:
+                n = v.type.numel
+                sh = self.array((v.name or "s") + "_sh", register_type(v.type), n, "shared")
+                g = self.open_group(n)
+                g.body.append(ArrayStore(sh, g.e, Index(self.regs[v.id], g.k)))
+                self.staged[v.id] = sh
+            self.close()
+            self.barrier()
+        return [self.staged[v.id] for v in values]
+
+    def note_addressed(self, arrays: list[Array]) -> None:
+        """Record that the open group reads `arrays` at other slots than its own."""
+        self.group.addressed.update(a.name for a in arrays if a.space == "reg")
 
     # --------------------------------------------------------------------------------- ops
 
     def lower_block(self, block: tile.Block) -> tile.Op | None:
-        """Lower a block's ops into `self.out`; returns its terminator (not lowered)."""
+        """Lower a block's ops into `self.out`; returns its terminator (not lowered), leaving
+        the last group open so that yields can be written from it."""
         for op in block.ops:
             if op.kind in tile.TERMINATORS:
-                self.close()
                 return op
             self.op = op
             self.lower_op(op)
-        self.close()
         return None
 
     def lower_op(self, op: tile.Op) -> None:
@@ -480,7 +490,7 @@ class Lowerer:
         if op.results and self.remat_ok(op.result) and not self._needs_storage(op.result):
             return  # computed lazily where it is read (`read`), so no dead code is emitted
         if k in GATHERS and not src.type.is_scalar and not self.remat_ok(src):
-            self.addressable(src)
+            self.addressable(src)  # with T > 1 this stages it to shared memory
         g = self.open_group(prod(shape))
         g.ops.add(id(op))
         if k in GATHERS:
@@ -538,24 +548,46 @@ class Lowerer:
         for d, s in pairs:
             if isinstance(d, Array):
                 by_numel.setdefault(s.type.numel, []).append((d, s))
+        self.close()
         for n, group_pairs in by_numel.items():
             g = self.open_group(n)
-            reads = []
+            reads: list[Expr] = []
             for d, s in group_pairs:
-                t = self.var(d.name + "_next", d.dtype)
-                g.body.append(Assign(t, self.read(s)))
-                reads.append(t)
-            for (d, s), t in zip(group_pairs, reads):
-                g.body.append(ArrayStore(d, g.k, t))
+                x = self.read(s)
+                if len(group_pairs) > 1:  # a slot of one array may be the source of another
+                    t = self.var(d.name + "_next", d.dtype)
+                    g.body.append(Assign(t, x))
+                    x = t
+                reads.append(x)
+            for (d, s), x in zip(group_pairs, reads):
+                g.body.append(ArrayStore(d, g.k, x))
             self.close()
 
-    def lower_region(self, block: tile.Block, args: list[Var | Array]) -> tuple[list[Stmt],
-                                                                                  tile.Op | None]:
+    def yield_to(self, dsts: list[Var | Array], srcs: list[tile.Value]) -> None:
+        """Copy yielded values to their destinations.  A tile computed in the open group is
+        written in place at the end of the group's body when that cannot be observed: the
+        group reads the destination only at its own slot and no other yield reads it."""
+        g = self.group
+        for d, s in zip(dsts, srcs):
+            if (g is not None and isinstance(d, Array) and s.id in self.cur
+                    and s.id not in self.regs and s.type.numel == g.n
+                    and d.name not in g.addressed
+                    and not any(self.regs.get(o.id) is d for o in srcs if o is not s)):
+                g.body.append(ArrayStore(d, g.k, self.cur[s.id]))
+                self.regs[s.id] = d
+        self.copy(dsts, srcs)
+
+    def lower_region(self, block: tile.Block, args: list[Var | Array],
+                     finish=None) -> tuple[list[Stmt], tile.Op | None]:
+        """Lower a region with its block args bound to `args`; `finish(terminator)` runs at
+        its end, before the last group is closed."""
         for a, st in zip(block.args, args):
             self.bind_storage(a, st)
         stmts: list[Stmt] = []
         with self.into(stmts):
             term = self.lower_block(block)
+            if finish is not None:
+                finish(term)
         return stmts, term
 
 
@@ -577,9 +609,8 @@ def _lower_for(L: Lowerer, op: tile.Op) -> None:
         return x if x.dtype == iv_t else Cast(x, iv_t)
 
     L.scalars[body.args[0].id] = iv
-    stmts, term = L.lower_region(body, [iv] + carried)
-    with L.into(stmts):
-        L.copy(carried, term.operands if term else [])
+    stmts, _ = L.lower_region(body, [iv] + carried,
+                              lambda term: L.yield_to(carried, term.operands if term else []))
     L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
     for r, st in zip(op.results, carried):
         L.bind_storage(r, st)
@@ -590,20 +621,22 @@ def _lower_while(L: Lowerer, op: tile.Op) -> None:
     cond_block, body = op.regions
     before = [L.storage(a, a.name or "w") for a in cond_block.args]
     L.copy(before, op.operands)
-    cond_stmts, term = L.lower_region(cond_block, before)
+    term = cond_block.terminator
     c, *passed = term.operands
     if [v.id for v in passed] == [a.id for a in cond_block.args]:
-        after = before
+        after = before  # the usual case: the condition passes its arguments through
     else:
         after = [L.storage(r, r.name or "wr") for r in op.results]
     cvar = L.var("cond", register_type(c.type))
-    with L.into(cond_stmts):
+
+    def finish_cond(term: tile.Op) -> None:
         L.emit(Assign(cvar, L.scalar(c)))
         if after is not before:
-            L.copy(after, passed)
-    body_stmts, yterm = L.lower_region(body, after)
-    with L.into(body_stmts):
-        L.copy(before, yterm.operands if yterm else [])
+            L.yield_to(after, passed)
+
+    cond_stmts, _ = L.lower_region(cond_block, before, finish_cond)
+    body_stmts, _ = L.lower_region(
+        body, after, lambda term: L.yield_to(before, term.operands if term else []))
     L.emit(While(cond_stmts, cvar, body_stmts))
     for r, st in zip(op.results, after):
         L.bind_storage(r, st)
@@ -614,9 +647,8 @@ def _lower_if(L: Lowerer, op: tile.Op) -> None:
     results = [L.storage(r, r.name or "ifr") for r in op.results]
     branches = []
     for region in op.regions:
-        stmts, term = L.lower_region(region, [])
-        with L.into(stmts):
-            L.copy(results, term.operands if term else [])
+        stmts, _ = L.lower_region(
+            region, [], lambda term: L.yield_to(results, term.operands if term else []))
         branches.append(stmts)
     L.emit(If(L.scalar(op.operands[0]), branches[0], branches[1] if len(branches) > 1 else []))
     for r, st in zip(op.results, results):
@@ -649,6 +681,7 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
         params.append(KParam(p.name, p.type.elem))
         L.scalars[p.value.id] = Var(p.name, p.type.elem)
     L.lower_block(fn.body)
+    L.close()
     attrs = {
         "stored_params": _pointer_sources(fn),
         "shared_bytes": L.shared_bytes,
