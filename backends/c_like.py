@@ -445,9 +445,11 @@ class CEmitter:
         return f"{ctype} {name}"
 
     def declaration(self, a: loop.Array) -> str:
+        qual = f"{self.d.shared_qual} " if a.space == "shared" else ""
+        if isinstance(a.dtype, PointerType):  # a tile of pointers held per thread
+            return f"{qual}{self.ctype(a.dtype)} {self.names('a', a.name)}[{a.size}];"
         if a.dtype.name in ("float16", "bfloat16"):
             raise NotImplementedError(f"array {a.name} of {a.dtype} (arrays hold float32)")
-        qual = f"{self.d.shared_qual} " if a.space == "shared" else ""
         return f"{qual}{self.mem_type(a.dtype)} {self.names('a', a.name)}[{a.size}];"
 
     def render(self) -> str:

@@ -349,7 +349,7 @@ class _FnEmitter:
 
     def _s_ArrayStore(self, s: L.ArrayStore) -> None:
         v = self.expr(s.value)
-        ptr, elem = self._elem_ptr(s.array, s.index)
+        ptr, _ = self._elem_ptr(s.array, s.index)
         self.b.store(self.b.zext(v, I8) if s.array.dtype == _bool() else v, ptr)
 
     def _masked(self, mask: L.Expr | None):
@@ -600,9 +600,19 @@ def target_machine():
     return _STATE["tm"]
 
 
+# LLVM objects live in llvmlite's one global context, which is not thread safe: parsing,
+# optimising and JIT-compiling are serialised (running compiled kernels is not).
+_COMPILE = threading.RLock()
+
+
 @lru_cache(maxsize=64)
 def optimise(source: str) -> str:
     """Parse, verify and run the O3 pipeline (vectorisers on) for the host CPU."""
+    with _COMPILE:
+        return _optimise(source)
+
+
+def _optimise(source: str) -> str:
     llvm = _llvm()
     mod = llvm.parse_assembly(source)
     mod.verify()
@@ -627,10 +637,13 @@ class LLVMHandle:
 
 def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
     llvm = _llvm()
-    mod = llvm.parse_assembly(opt_ir)
-    engine = llvm.create_mcjit_compiler(mod, _new_target_machine(llvm))
-    engine.finalize_object()
-    addr = engine.get_function_address(f"{kernel.name}_grid")
+    with _COMPILE:
+        mod = llvm.parse_assembly(opt_ir)
+        engine = llvm.create_mcjit_compiler(mod, _new_target_machine(llvm))
+        engine.finalize_object()
+        addr = engine.get_function_address(f"{kernel.name}_grid")
+    if not addr:
+        raise RuntimeError(f"llvm backend: {kernel.name}_grid not found in the JIT module")
     return LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel)
 
 
@@ -655,7 +668,7 @@ class LLVMBackend(Backend):
         try:
             _llvm()
             return True
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure means "not available", never raise
             return False
 
     def target(self, num_warps: int) -> Target:
@@ -673,7 +686,8 @@ class LLVMBackend(Backend):
         opt = optimise(source)
         stages["llvm.opt"] = opt
         llvm = _llvm()
-        stages["asm"] = target_machine().emit_assembly(llvm.parse_assembly(opt))
+        with _COMPILE:
+            stages["asm"] = target_machine().emit_assembly(llvm.parse_assembly(opt))
 
     def build(self, kernel: L.Kernel, source: str) -> LLVMHandle:
         return jit(kernel, optimise(source))

@@ -26,9 +26,9 @@ float32 resolution.  float64 math uses LLVM intrinsics (`llvm.exp.f64`, ...) and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from functools import cache
-from typing import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -127,7 +127,7 @@ class _B:
         self.b = b
         self.m = module
 
-    def c(self, ty: ir.Type, v: float | int) -> ir.Constant:
+    def c(self, ty: ir.Type, v: float) -> ir.Constant:
         return ir.Constant(ty, v)
 
     def intr(self, name: str, ty: ir.Type, *args: ir.Value) -> ir.Value:
@@ -163,14 +163,6 @@ class _B:
         n1 = self.b.ashr(n, self.c(I32, 1))
         n2 = self.b.sub(n, n1)
         return self.b.fmul(self.b.fmul(y, self.pow2(n1)), self.pow2(n2))
-
-
-def libm(module: ir.Module, name: str) -> ir.Function:
-    """Declare (once) the float64 libm function `name`.  Deliberately not an intrinsic: the
-    vectoriser cannot speculate it, so a call in a cold block stays off the vector path."""
-    if name in module.globals:
-        return module.globals[name]
-    return ir.Function(module, ir.FunctionType(F64, [F64]), name)
 
 
 def intrinsic(module: ir.Module, name: str, ty: ir.Type, nargs: int | None = None) -> ir.Function:
@@ -316,12 +308,11 @@ def _erf(h: _B, x):
     b = h.b
     a = b.fpext(h.intr("fabs", F32, x), F64)
     small = b.fmul(a, h.horner(b.fmul(a, a), _odd_fit("erf", 1.0, 7)))
-    # piece index 0..2 for a in [1, 4); clamped so NaN and out-of-range lanes stay defined
-    idx = b.call(_sat(h.m, I32, F64), [b.fsub(h.clamp(a, 1.0, 3.5), h.c(F64, 1.0))])
-    t = b.fsub(a, b.fadd(b.sitofp(idx, F64), h.c(F64, 1.5)))
+    # piece 0, 1, 2 for a in [1, 2), [2, 3), [3, 4) (float compares: no int conversion)
+    is0 = h.lt(a, h.c(F64, 2.0))
+    is1 = h.lt(a, h.c(F64, 3.0))
+    t = b.fsub(a, h.sel(is0, h.c(F64, 1.5), h.sel(is1, h.c(F64, 2.5), h.c(F64, 3.5))))
     pieces = _erf_pieces()
-    is0 = b.icmp_signed("==", idx, h.c(I32, 0))
-    is1 = b.icmp_signed("==", idx, h.c(I32, 1))
     acc = None
     for k in range(len(pieces[0])):
         ck = h.sel(is0, h.c(F64, pieces[0][k]),

@@ -4,6 +4,8 @@ markers, and a fake pipeline + backend for testing the runtime without the compi
 Environment:
   KDSL_TEST_BACKENDS=llvm,opencl   narrow the `backend` fixture to these backends
   KDSL_SLOW=1                      run tests marked `slow` (as does `-m slow`)
+  KDSL_REQUIRE_BACKENDS=llvm,opencl,interp
+                                   fail (not skip) when one of these is unavailable (CI sets it)
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ def backend(request) -> str:
     except ValueError as e:
         ok, why = False, str(e)
     if not ok:
+        required = os.environ.get("KDSL_REQUIRE_BACKENDS", "")
+        if name in [b.strip() for b in required.split(",")]:
+            pytest.fail(f"{name} backend is required (KDSL_REQUIRE_BACKENDS) but unavailable: {why}")
         pytest.skip(f"{name} backend not available: {why}")
     return name
 
