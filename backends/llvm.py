@@ -22,11 +22,11 @@ from typing import Any
 from llvmlite import ir
 
 from kdsl.ir import loop as L
-from kdsl.ir.types import DType, PointerType, float32
+from kdsl.ir.types import DType, PointerType, int1
 from kdsl.target import Target
 
 from .base import Backend, BoundArg
-from .llvm_math import F32, F64, MathLib, intrinsic
+from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, ArgPacker, run_grid
 
 I1, I8, I16, I32, I64 = (ir.IntType(w) for w in (1, 8, 16, 32, 64))
@@ -104,7 +104,7 @@ class _FnEmitter:
 
     def _array_slot(self, a: L.Array) -> ir.Value:
         if a.name not in self.arrays:
-            elem = I8 if a.dtype == _bool() else reg_type(a.dtype)
+            elem = I8 if a.dtype == int1 else reg_type(a.dtype)
             self.arrays[a.name] = self._alloca(ir.ArrayType(elem, a.size), a.name)
         return self.arrays[a.name]
 
@@ -146,7 +146,7 @@ class _FnEmitter:
     def _e_Index(self, e: L.Index) -> ir.Value:
         ptr, elem = self._elem_ptr(e.array, e.index)
         v = self.b.load(ptr, typ=elem)
-        return self.b.trunc(v, I1) if e.array.dtype == _bool() else v
+        return self.b.trunc(v, I1) if e.array.dtype == int1 else v
 
     def _e_Unary(self, e: L.Unary) -> ir.Value:
         x = self.expr(e.x)
@@ -253,11 +253,7 @@ class _FnEmitter:
             return b.fpext(x, dty) if dty == F64 else b.fptrunc(x, dty)
         if src.is_float:
             # saturating conversion: NaN and out-of-range values give defined results
-            name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dty.width}." + (
-                "f32" if sty == F32 else "f64")
-            fn = self.m.globals.get(name) or ir.Function(self.m, ir.FunctionType(dty, [sty]),
-                                                         name)
-            return b.call(fn, [x])
+            return b.call(fp_to_int_sat(self.m, dty, sty, dst.is_signed), [x])
         if dst.is_float:
             return (b.sitofp if src.is_signed else b.uitofp)(x, dty)
         return self._convert_int(x, sty, dty, signed=src.is_signed)
@@ -350,7 +346,7 @@ class _FnEmitter:
     def _s_ArrayStore(self, s: L.ArrayStore) -> None:
         v = self.expr(s.value)
         ptr, _ = self._elem_ptr(s.array, s.index)
-        self.b.store(self.b.zext(v, I8) if s.array.dtype == _bool() else v, ptr)
+        self.b.store(self.b.zext(v, I8) if s.array.dtype == int1 else v, ptr)
 
     def _masked(self, mask: L.Expr | None):
         """Context manager: the statements inside run only where `mask` is true."""
@@ -492,19 +488,6 @@ class _Nothing:
 
     def __exit__(self, *exc):
         return False
-
-
-def _bool() -> DType:
-    from kdsl.ir.types import int1
-
-    return int1
-
-
-def scalar_reg_dtype(t: DType | PointerType) -> DType | PointerType:
-    """Type a parameter is passed as (float16/bfloat16 scalars travel as float32)."""
-    if isinstance(t, DType) and t.name in ("float16", "bfloat16"):
-        return float32
-    return t
 
 
 def _emit_grid(kernel: L.Kernel, module: ir.Module, body: ir.Function) -> None:

@@ -270,7 +270,7 @@ def _sincos(h: _B, x, want_cos: bool):
     huge = b.fcmp_unordered(">=", h.intr("fabs", F32, x), h.c(F32, 2.0 ** 28))
     j, r = h.sel(huge, j_big, j), h.sel(huge, r_big, r)
     # quadrant j mod 4; fptosi.sat keeps NaN lanes defined (they are replaced below)
-    q = b.and_(b.call(_sat(h.m, I64, F64), [j]), h.c(I64, 3))
+    q = b.and_(b.call(fp_to_int_sat(h.m, I64, F64), [j]), h.c(I64, 3))
     if want_cos:
         q = b.add(q, h.c(I64, 1))
     z = b.fmul(r, r)
@@ -330,9 +330,10 @@ def _sigmoid(h: _B, x):
     return b.fdiv(num, b.fadd(h.c(F32, 1.0), e))
 
 
-def _sat(module: ir.Module, ity: ir.IntType, fty: ir.Type) -> ir.Function:
-    """`llvm.fptosi.sat`: float -> int without poison (NaN -> 0, saturating)."""
-    name = f"llvm.fptosi.sat.i{ity.width}.{'f32' if fty == F32 else 'f64'}"
+def fp_to_int_sat(module: ir.Module, ity: ir.IntType, fty: ir.Type, signed: bool = True
+                  ) -> ir.Function:
+    """`llvm.fpto[su]i.sat`: float -> int without poison (NaN -> 0, out of range saturates)."""
+    name = f"llvm.fpto{'s' if signed else 'u'}i.sat.i{ity.width}.{'f32' if fty == F32 else 'f64'}"
     if name in module.globals:
         return module.globals[name]
     return ir.Function(module, ir.FunctionType(ity, [fty]), name)

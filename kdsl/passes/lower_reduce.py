@@ -176,8 +176,8 @@ def lower_reduce(L, op: tile.Op) -> None:
 def _phase1(L, kind, t, arr, O, P, R, inner, base) -> tuple[Array, Array | None]:
     """Partials of O*P virtual elements (one per thread) into shared arrays."""
     n = O * P
-    part = L.array("part", t, n, "shared")
-    part_i = L.array("part_i", int32, n, "shared") if kind.startswith("arg") else None
+    part = L.shared("part", t, n)
+    part_i = L.shared("part_i", int32, n) if kind.startswith("arg") else None
     L.barrier()  # previous readers of shared memory (earlier loop iterations) are done
     v = L.tid
     o, p = ix.div(v, P), ix.mod(v, P)

@@ -116,11 +116,30 @@ class Group:
     addressed: set[str] = field(default_factory=set)
 
 
-def _users(fn: tile.Function) -> dict[int, list[tile.Op]]:
+# Ops whose result is their operand, element for element in flat order: pure aliases.
+ALIASES = frozenset({"reshape", "hint"})
+
+
+def _aliases(fn: tile.Function) -> dict[int, tile.Value]:
+    """Result id -> the value it aliases, for `reshape`/`hint` (a reshape keeps the flat index,
+    so it needs no code and no storage).  A tile reshaped to a scalar is not an alias."""
+    alias: dict[int, tile.Value] = {}
+    for op in fn.walk():
+        if op.kind in ALIASES and op.results:
+            src = op.operands[0]
+            if src.type.is_scalar or not op.result.type.is_scalar:
+                alias[op.result.id] = alias.get(src.id, src)
+    return alias
+
+
+def _users(fn: tile.Function, alias: dict[int, tile.Value]) -> dict[int, list[tile.Op]]:
+    """Canonical value id -> ops using it (alias ops are not users)."""
     users: dict[int, list[tile.Op]] = {}
     for op in fn.walk():
+        if op.results and op.results[0].id in alias:
+            continue
         for o in op.operands:
-            users.setdefault(o.id, []).append(op)
+            users.setdefault(alias.get(o.id, o).id, []).append(op)
     return users
 
 
@@ -198,9 +217,14 @@ class Lowerer:
         self.staged: dict[int, Array] = {}   # tile value id -> addressable copy (by flat index)
         self.group: Group | None = None
         self.out: list[Stmt] = []
-        self.users = _users(fn)
+        self.alias = _aliases(fn)
+        self.users = _users(fn, self.alias)
         self._remat: dict[int, int | None] = {}
         self.shared_bytes = 0
+        # Shared memory is reused by epochs: every staging starts a new epoch after a barrier,
+        # and the readers of arrays filled in earlier epochs all come before that barrier.
+        self.epoch = 0
+        self.shared_epoch: dict[str, int] = {}
         self.op: tile.Op | None = None
         self.hints: dict[str, dict] = {}
 
@@ -224,6 +248,20 @@ class Lowerer:
                     loc, self.fn.name)
         return a
 
+    def shared(self, hint: str, dtype, size: int) -> Array:
+        """A shared array for the current epoch, reusing a dead one of the same type if any."""
+        free = [a for a in self.arrays if a.space == "shared" and a.dtype == dtype
+                and a.size >= size and self.shared_epoch[a.name] < self.epoch]
+        a = min(free, key=lambda a: a.size) if free else self.array(hint, dtype, size, "shared")
+        self.shared_epoch[a.name] = self.epoch
+        return a
+
+    def new_epoch(self) -> None:
+        """Start a staging (followed by a barrier): earlier shared arrays become reusable, so
+        copies staged before are forgotten."""
+        self.epoch += 1
+        self.staged = {}
+
     def slots(self, n: int) -> int:
         return -(-n // self.T)
 
@@ -236,16 +274,21 @@ class Lowerer:
             self.out.append(Barrier())
 
     @contextmanager
-    def into(self, stmts: list[Stmt]) -> Iterator[list[Stmt]]:
-        """Emit into `stmts` (a region body); addressable copies made inside stay inside."""
+    def into(self, stmts: list[Stmt], loop: bool = False) -> Iterator[list[Stmt]]:
+        """Emit into `stmts` (a region body).  Copies staged inside stay inside.  A loop body
+        does not use copies staged before it: a later staging in the body may reuse their
+        memory, which the next iteration would then read."""
         assert self.group is None
-        saved_out, saved_staged = self.out, dict(self.staged)
+        saved_out, saved_staged, saved_epoch = self.out, dict(self.staged), self.epoch
         self.out = stmts
+        if loop:
+            self.staged = {}
         try:
             yield stmts
         finally:
             self.close()
-            self.out, self.staged = saved_out, saved_staged
+            self.out = saved_out
+            self.staged = saved_staged if self.epoch == saved_epoch else {}
 
     # ------------------------------------------------------------------------------ groups
 
@@ -290,7 +333,8 @@ class Lowerer:
 
     def _needs_storage(self, v: tile.Value) -> bool:
         """Whether some user must address v in memory: a reduction input, a dot operand."""
-        return any(u.kind == "reduce" or (u.kind == "dot" and v in u.operands[:2])
+        return any(u.kind == "reduce"
+                   or (u.kind == "dot" and any(self.canon(o) is v for o in u.operands[:2]))
                    for u in self.users.get(v.id, []))
 
     def bind(self, v: tile.Value, expr: Expr, g: Group) -> None:
@@ -304,11 +348,16 @@ class Lowerer:
 
     # ------------------------------------------------------------------------------ values
 
+    def canon(self, v: tile.Value) -> tile.Value:
+        """The value `v` aliases (see ALIASES), or `v`."""
+        return self.alias.get(v.id, v)
+
     def scalar(self, v: tile.Value) -> Expr:
-        return self.scalars[v.id]
+        return self.scalars[self.canon(v).id]
 
     def read(self, v: tile.Value) -> Expr:
         """Value of `v` at the open group's current element."""
+        v = self.canon(v)
         if v.type.is_scalar:
             return self.scalars[v.id]
         if v.id in self.cur:
@@ -333,6 +382,7 @@ class Lowerer:
 
     def read_at(self, v: tile.Value, idx: Expr) -> Expr:
         """Value of `v` at flat index `idx` (any thread's element)."""
+        v = self.canon(v)
         if v.type.is_scalar:
             return self.scalars[v.id]
         if self.T == 1 and v.id in self.regs:
@@ -347,6 +397,7 @@ class Lowerer:
         return self._remat_size(v) is not None
 
     def _remat_size(self, v: tile.Value) -> int | None:
+        v = self.canon(v)
         if v.type.is_scalar:
             return 0
         if v.id in self._remat:
@@ -362,6 +413,7 @@ class Lowerer:
 
     def eval_at(self, v: tile.Value, idx: Expr) -> Expr:
         """Recompute a `remat_ok` value at flat index `idx`."""
+        v = self.canon(v)
         if v.type.is_scalar:
             return self.scalars[v.id]
         op: tile.Op = v.owner
@@ -381,17 +433,18 @@ class Lowerer:
         """Arrays holding each value indexed by flat element (closes the open group if needed).
         With T > 1 the values are staged to shared memory together, between one pair of
         barriers."""
+        values = tuple(self.canon(v) for v in values)
         if self.T == 1:
             if any(v.id not in self.regs for v in values):
                 self.close()
             return [self.regs[v.id] for v in values]
-        todo = [v for v in dict.fromkeys(values) if v.id not in self.staged]
-        if todo:
+        if any(v.id not in self.staged for v in values):
             self.close()
+            self.new_epoch()  # all values are staged in it, none reused from an older one
             self.barrier()  # earlier readers of shared memory (a previous iteration) are done
-            for v in todo:
+            for v in dict.fromkeys(values):
                 n = v.type.numel
-                sh = self.array((v.name or "s") + "_sh", register_type(v.type), n, "shared")
+                sh = self.shared((v.name or "s") + "_sh", register_type(v.type), n)
                 g = self.open_group(n)
                 g.body.append(ArrayStore(sh, g.e, Index(self.regs[v.id], g.k)))
                 self.staged[v.id] = sh
@@ -408,15 +461,44 @@ class Lowerer:
     def lower_block(self, block: tile.Block) -> tile.Op | None:
         """Lower a block's ops into `self.out`; returns its terminator (not lowered), leaving
         the last group open so that yields can be written from it."""
-        for op in block.ops:
+        for i, op in enumerate(block.ops):
             if op.kind in tile.TERMINATORS:
                 return op
             self.op = op
+            if self.T > 1 and op.kind in FUSABLE and not self._is_scalar(op):
+                n = _numel(op)
+                if self.group is None or self.group.n != n:
+                    self._prestage(block.ops[i:], n)
             self.lower_op(op)
         return None
 
+    def _prestage(self, ops: list[tile.Op], n: int) -> None:
+        """Before a group opens, stage the gather sources of the ops that will join it
+        together, so that the group is not split by a staging."""
+        srcs: list[tile.Value] = []
+        inside: set[int] = set()
+        for op in ops:
+            if op.kind not in FUSABLE or op.kind in tile.SIDE_EFFECTS and self._is_scalar(op):
+                break
+            if op.kind in ALIASES:
+                continue
+            if not self._is_scalar(op):
+                if _numel(op) != n:
+                    break
+                src = self.canon(op.operands[0]) if op.operands else None
+                if (op.kind in GATHERS and not src.type.is_scalar and src.id not in inside
+                        and not self.remat_ok(src)):
+                    srcs.append(src)
+            inside.update(r.id for r in op.results)
+        if srcs:
+            self.addressable(*srcs)
+
     def lower_op(self, op: tile.Op) -> None:
         k = op.kind
+        if op.results and op.results[0].id in self.alias:
+            if k == "hint":
+                self.hints[op.operands[0].name or str(op.operands[0].id)] = dict(op.attrs)
+            return
         if k in _SPECIAL:
             _SPECIAL[k](self, op)
         elif self._is_scalar(op):
@@ -474,7 +556,7 @@ class Lowerer:
             self.emit(self._once(AtomicAdd(xs[0], xs[1], mask, res, loc=op.loc)))
         else:
             # Thread 0 performs it; the old value reaches every thread through shared memory.
-            slot = self.array("old_sh", res.dtype, 1, "shared")
+            slot = self.shared("old_sh", res.dtype, 1)
             self.barrier()
             self.emit(self._once(AtomicAdd(xs[0], xs[1], mask, res, loc=op.loc)))
             self.emit(self._once(ArrayStore(slot, ix.c32(0), res)))
@@ -532,6 +614,7 @@ class Lowerer:
 
     def copy(self, dsts: list[Var | Array], srcs: list[tile.Value]) -> None:
         """dst_i = src_i for all i at once (all sources read before any write: swaps work)."""
+        srcs = [self.canon(s) for s in srcs]
         pairs = [(d, s) for d, s in zip(dsts, srcs)
                  if not (isinstance(d, Var) and self.scalars.get(s.id) is d)
                  and not (isinstance(d, Array) and self.regs.get(s.id) is d)]
@@ -568,6 +651,7 @@ class Lowerer:
         written in place at the end of the group's body when that cannot be observed: the
         group reads the destination only at its own slot and no other yield reads it."""
         g = self.group
+        srcs = [self.canon(s) for s in srcs]
         for d, s in zip(dsts, srcs):
             if (g is not None and isinstance(d, Array) and s.id in self.cur
                     and s.id not in self.regs and s.type.numel == g.n
@@ -577,18 +661,22 @@ class Lowerer:
                 self.regs[s.id] = d
         self.copy(dsts, srcs)
 
-    def lower_region(self, block: tile.Block, args: list[Var | Array],
-                     finish=None) -> tuple[list[Stmt], tile.Op | None]:
+    def lower_region(self, block: tile.Block, args: list[Var | Array], finish=None,
+                     loop: bool = False) -> tuple[list[Stmt], tile.Op | None]:
         """Lower a region with its block args bound to `args`; `finish(terminator)` runs at
         its end, before the last group is closed."""
         for a, st in zip(block.args, args):
             self.bind_storage(a, st)
         stmts: list[Stmt] = []
-        with self.into(stmts):
+        with self.into(stmts, loop):
             term = self.lower_block(block)
             if finish is not None:
                 finish(term)
         return stmts, term
+
+
+def _numel(op: tile.Op) -> int:
+    return (op.results[0] if op.results else op.operands[0]).type.numel
 
 
 def _mask_other(xs: list[Expr]) -> tuple[Expr | None, Expr | None]:
@@ -610,7 +698,8 @@ def _lower_for(L: Lowerer, op: tile.Op) -> None:
 
     L.scalars[body.args[0].id] = iv
     stmts, _ = L.lower_region(body, [iv] + carried,
-                              lambda term: L.yield_to(carried, term.operands if term else []))
+                              lambda term: L.yield_to(carried, term.operands if term else []),
+                              loop=True)
     L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
     for r, st in zip(op.results, carried):
         L.bind_storage(r, st)
@@ -634,9 +723,9 @@ def _lower_while(L: Lowerer, op: tile.Op) -> None:
         if after is not before:
             L.yield_to(after, passed)
 
-    cond_stmts, _ = L.lower_region(cond_block, before, finish_cond)
+    cond_stmts, _ = L.lower_region(cond_block, before, finish_cond, loop=True)
     body_stmts, _ = L.lower_region(
-        body, after, lambda term: L.yield_to(before, term.operands if term else []))
+        body, after, lambda term: L.yield_to(before, term.operands if term else []), loop=True)
     L.emit(While(cond_stmts, cvar, body_stmts))
     for r, st in zip(op.results, after):
         L.bind_storage(r, st)

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.base import BoundArg
-from backends.opencl import OpenCLBackend
+from kdsl.backends.base import BoundArg
+from kdsl.backends.opencl import OpenCLBackend
 from kdsl.ir import loop
 from kdsl.ir.types import from_numpy
 

@@ -13,9 +13,9 @@ import re
 import numpy as np
 import pytest
 
-from backends.c_like import emit, format_const, kernel_name
-from backends.cuda import cuda_dialect
-from backends.opencl import opencl_dialect
+from kdsl.backends.c_like import emit, format_const, kernel_name
+from kdsl.backends.cuda import cuda_dialect
+from kdsl.backends.opencl import opencl_dialect
 from kdsl.ir import loop
 from kdsl.ir.loop import (
     ArrayStore,

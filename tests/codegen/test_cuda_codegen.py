@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backends import cuda
-from backends.cuda import CUDABackend, compile_cubin, compile_ptx, resource_usage
+from kdsl.backends import cuda
+from kdsl.backends.cuda import CUDABackend, compile_cubin, compile_ptx, resource_usage
 
 _spec = importlib.util.spec_from_file_location(
     "kdsl_c_like_samples", Path(__file__).with_name("test_c_like.py"))
