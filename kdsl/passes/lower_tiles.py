@@ -220,6 +220,9 @@ class Lowerer:
         self.alias = _aliases(fn)
         self.users = _users(fn, self.alias)
         self._remat: dict[int, int | None] = {}
+        # Values that reductions and dots address in memory (through gather views).
+        self.viewed: set[int] = {self.view(o)[0].id for op in fn.walk()
+                                 for o in _addressed_operands(op)}
         self.shared_bytes = 0
         # Shared memory is reused by epochs: every staging starts a new epoch after a barrier,
         # and the readers of arrays filled in earlier epochs all come before that barrier.
@@ -333,9 +336,27 @@ class Lowerer:
 
     def _needs_storage(self, v: tile.Value) -> bool:
         """Whether some user must address v in memory: a reduction input, a dot operand."""
-        return any(u.kind == "reduce"
-                   or (u.kind == "dot" and any(self.canon(o) is v for o in u.operands[:2]))
-                   for u in self.users.get(v.id, []))
+        return v.id in self.viewed
+
+    def view(self, v: tile.Value) -> tuple[tile.Value, Callable[[Expr], Expr]]:
+        """(base, index map): `v` at flat index i is `base` at `index_map(i)`, looking through
+        gathers of stored values, so that a reduction or dot of `trans(x)` reads x's storage
+        instead of materialising the transpose."""
+        v = self.canon(v)
+        op = v.owner
+        if (isinstance(op, tile.Op) and op.kind in GATHERS
+                and not op.operands[0].type.is_scalar and not self.remat_ok(op.operands[0])):
+            base, inner = self.view(op.operands[0])
+            return base, lambda i: inner(self.gather_index(op, i))
+        return v, lambda i: i
+
+    def _only_viewed(self, v: tile.Value) -> bool:
+        """Whether every user of `v` reads it through `view` (so it needs no code)."""
+        users = self.users.get(v.id, [])
+        return bool(users) and all(any(self.canon(o) is v for o in _addressed_operands(u))
+                                   and v not in [self.canon(o) for o in u.operands
+                                                 if o not in _addressed_operands(u)]
+                                   for u in users)
 
     def bind(self, v: tile.Value, expr: Expr, g: Group) -> None:
         """Make `expr` the value of tile `v` in group `g` (a temp unless trivially cheap)."""
@@ -538,9 +559,6 @@ class Lowerer:
             self.emit(self._once(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc)))
         elif k == "atomic_add":
             self._scalar_atomic(op, xs)
-        elif k == "hint":
-            self.scalars[op.result.id] = xs[0]
-            self.hints[getattr(xs[0], "name", "")] = dict(op.attrs)
         else:
             self._result_var(op.result, ELEMENTWISE[k](op, xs, ix.c32(0)))
 
@@ -568,9 +586,11 @@ class Lowerer:
     def lower_fused(self, op: tile.Op) -> None:
         k = op.kind
         shape = op.results[0].shape if op.results else op.operands[0].shape
-        src = op.operands[0] if op.operands else None
+        src = self.canon(op.operands[0]) if op.operands else None
         if op.results and self.remat_ok(op.result) and not self._needs_storage(op.result):
             return  # computed lazily where it is read (`read`), so no dead code is emitted
+        if k in GATHERS and self._only_viewed(op.result):
+            return  # read by reductions/dots through its source (`view`)
         if k in GATHERS and not src.type.is_scalar and not self.remat_ok(src):
             self.addressable(src)  # with T > 1 this stages it to shared memory
         g = self.open_group(prod(shape))
@@ -673,6 +693,15 @@ class Lowerer:
             if finish is not None:
                 finish(term)
         return stmts, term
+
+
+def _addressed_operands(op: tile.Op) -> list[tile.Value]:
+    """Operands that an op reads at arbitrary flat indices (through `Lowerer.view`)."""
+    if op.kind == "reduce":
+        return op.operands[:1]
+    if op.kind == "dot":
+        return op.operands[:2]
+    return []
 
 
 def _numel(op: tile.Op) -> int:

@@ -541,3 +541,118 @@ def test_mask_type_is_bool():
              and isinstance(s.value, loop.Load)]
     assert loads and all(ld.mask.dtype == int1 for ld in loads)
     assert TileType((8,), float32).numel == 8
+
+
+# ------------------------------------------------------------- shared memory and structure
+
+
+def test_shared_memory_reused_across_stagings_in_a_loop():
+    """Two broadcasts of loaded rows per iteration: the second staging reuses the first's
+    shared array, and iterations stay correct (barriers protect the previous readers)."""
+    N = 8
+    b = FB("rows", [("x", ptr(float32)), ("o", ptr(float32)), ("n", scalar(int32))])
+    x, o, n = b.args
+    offs = b.iota(N)
+    zero, one = b.const(0, int32), b.const(1, int32)
+    init = b.const(0.0, float32, (N, N))
+    with b.for_(zero, n, one, [init]) as (i, (acc,), res):
+        row = b.splat(b.bin("mul", i, b.const(N, int32)), (N,))
+        xv = b.load(b.addptr(x, b.bin("add", row, offs)))
+        outer = b.broadcast(b.reshape(xv, (1, N)), (N, N))     # staging 1: x as a row
+        acc1 = b.bin("add", acc, outer)
+        yv = b.un("exp2", b.load(b.addptr(x, b.bin("add", row, offs))))
+        col = b.broadcast(b.reshape(yv, (N, 1)), (N, N))       # staging 2: exp2(x) as a column
+        b.yield_(b.bin("add", acc1, col))
+    b.store(b.addptr(o, offsets_2d(b, N, N, N)), res[0])
+    fn = b.fn()
+    xs = np.arange(3 * N, dtype=np.float32) / 8
+    ref, outs = run_all(fn, (1,), lambda: [xs, np.zeros(N * N, np.float32), 3])
+    rows = xs.reshape(3, N)
+    want = rows.sum(0)[None, :] + np.exp2(rows).sum(0)[:, None]
+    for args in [ref, *outs.values()]:
+        assert_close(args[1].reshape(N, N), want, rtol=1e-6)
+    k = lower(fn, Target("gpu", threads=4))
+    assert [a.size for a in k.arrays if a.space == "shared"] == [N]
+    assert k.attrs["shared_bytes"] == 4 * N
+
+
+def test_loop_accumulator_is_updated_in_place():
+    """`acc = acc + x` in a loop writes the carried array directly: no copy loop."""
+    b = FB("acc", [("x", ptr(float32)), ("o", ptr(float32)), ("n", scalar(int32))])
+    x, o, n = b.args
+    offs = b.iota(16)
+    with b.for_(b.const(0, int32), n, b.const(1, int32),
+                [b.const(0.0, float32, (16,))]) as (i, (acc,), res):
+        row = b.splat(b.bin("mul", i, b.const(16, int32)), (16,))
+        b.yield_(b.bin("add", acc, b.load(b.addptr(x, b.bin("add", row, offs)))))
+    b.store(b.addptr(o, offs), res[0])
+    fn = b.fn()
+    for t in (1, 4):
+        k = lower(fn, Target("t", threads=t))
+        (body,) = [s.body for s in k.body if isinstance(s, loop.For) and s.var.name.startswith("i")]
+        assert sum(isinstance(s, loop.For) for s in body) == 1, loop.print_kernel(k)
+        xs = np.arange(48, dtype=np.float32)
+        out = np.zeros(16, np.float32)
+        run_kernel(k, (1,), [xs, out, 3])
+        np.testing.assert_array_equal(out, xs.reshape(3, 16).sum(0))
+
+
+def test_dot_operands_staged_together():
+    k = lower(_dot_fn(8, 8, 8), Target("gpu", threads=8))
+    assert sum(isinstance(s, loop.Barrier) for s in walk(k.body)) == 2
+    assert sum(a.space == "shared" for a in k.arrays) == 2
+
+
+def test_through_the_frontend():
+    """Kernels written in the DSL, through the frontend and the Tile IR passes."""
+    kd = pytest.importorskip("kdsl")
+    try:
+        from kdsl.frontend import build_function
+        from kdsl.passes import run_tile_passes
+    except ImportError:
+        pytest.skip("frontend not available")
+
+    def softmax(x_ptr, out_ptr, n_cols, BLOCK: kd.constexpr):
+        row = kd.program_id(0)
+        offs = kd.arange(0, BLOCK)
+        m = offs < n_cols
+        x = kd.load(x_ptr + row * n_cols + offs, mask=m, other=-float("inf"))
+        x = x - kd.max(x, axis=0)
+        e = kd.exp(x)
+        kd.store(out_ptr + row * n_cols + offs, e / kd.sum(e, axis=0), mask=m)
+
+    def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr,
+               BK: kd.constexpr):
+        rm = kd.program_id(0) * BM + kd.arange(0, BM)
+        rn = kd.program_id(1) * BN + kd.arange(0, BN)
+        rk = kd.arange(0, BK)
+        acc = kd.zeros((BM, BN), kd.float32)
+        for k in range(0, K, BK):
+            a = kd.load(a_ptr + rm[:, None] * K + (k + rk)[None, :],
+                        mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
+            b = kd.load(b_ptr + (k + rk)[:, None] * N + rn[None, :],
+                        mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc += kd.dot(a, b)
+        kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc,
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    P, i32 = ptr(float32), scalar(int32)
+    fn, _ = run_tile_passes(build_function(softmax, {"x_ptr": P, "out_ptr": P, "n_cols": i32},
+                                           {"BLOCK": 16}))
+    x = np.random.default_rng(5).random((3, 13), dtype=np.float32)
+    want = np.exp(x - x.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    _, outs = run_all(fn, (3,), lambda: [x.ravel(), np.zeros(39, np.float32), 13])
+    for args in outs.values():
+        assert_close(args[1].reshape(3, 13), want, rtol=1e-6)
+
+    fn, _ = run_tile_passes(build_function(
+        matmul, {"a_ptr": P, "b_ptr": P, "c_ptr": P, "M": i32, "N": i32, "K": i32},
+        {"BM": 8, "BN": 8, "BK": 4}))
+    M, N, K = 10, 9, 7
+    a = np.random.default_rng(6).random((M, K), dtype=np.float32)
+    bm = np.random.default_rng(7).random((K, N), dtype=np.float32)
+    _, outs = run_all(fn, (2, 2), lambda: [a.ravel(), bm.ravel(), np.zeros(M * N, np.float32),
+                                           M, N, K], threads=(1, 8))
+    for args in outs.values():
+        assert_close(args[2].reshape(M, N), a.astype(np.float64) @ bm, rtol=1e-5)
