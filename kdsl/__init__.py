@@ -7,6 +7,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from . import testing
+from .autotune import Config, autotune
 from .errors import CompilationError, OutOfBoundsError
 from .language import *  # noqa: F401,F403  (kd.program_id, kd.load, kd.float16, kd.constexpr, ...)
 from .language import __all__ as _language_all
@@ -14,6 +16,6 @@ from .runtime.jit import JITFunction, jit
 from .runtime.registry import available_backends
 
 __all__ = [
-    "__version__", "CompilationError", "OutOfBoundsError", "JITFunction", "jit",
+    "__version__", "testing", "autotune", "Config", "CompilationError", "OutOfBoundsError", "JITFunction", "jit",
     "available_backends", *_language_all,
 ]
