@@ -1,10 +1,12 @@
 """Lowering of `dot(a: MxK, b: KxN, acc: MxN)`.
 
 A strategy is chosen from the target's capabilities (`DOT_STRATEGIES`: capability -> strategy,
-first match wins); the generic strategy below serves every target and is the default.  Faster
+first match wins); otherwise one thread (the CPU) uses `rows_dot`, whose innermost loop is
+contiguous and vectorises, and several threads use the generic strategy.  Faster
 ones (tensor cores, CPU micro-kernels) register here without touching the rest of the lowering.
 
-Generic: a and b are made addressable (shared copies when T > 1); output element e = (m, n) is
+Generic: a and b are made addressable (shared copies when T > 1; a transposed operand is read
+through its source's storage, see `Lowerer.view`); output element e = (m, n) is
 a member of a group of numel M*N, computed as `acc[e] + sum_k a[m*K+k] * b[k*N+n]` with an inner
 loop over k: `Fma` for floats, multiply-add for integers (int8 inputs widen to the int32
 accumulator).  16-bit float inputs are already float32 in registers; a float16/bfloat16
@@ -16,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kdsl.ir import tile
-from kdsl.ir.loop import Assign, Binary, Cast, Expr, Fma, For, Index, Stmt
+from kdsl.ir.loop import ArrayStore, Assign, Binary, Cast, Expr, Fma, For, Index, Stmt
 from kdsl.ir.types import int32
 from kdsl.target import Target
 
 from . import lower_index as ix
-from .lower_elementwise import register_type, rounded
+from .lower_elementwise import HALF, register_type, rounded
 
 DotStrategy = Callable[[object, tile.Op], None]
 
@@ -36,7 +38,8 @@ def generic_dot(L, op: tile.Op) -> None:
     N = b.shape[1]
     t = register_type(op.result.type)
     L.close()
-    A, B = L.addressable(a, b)
+    a_base, b_base = L.view(a)[0], L.view(b)[0]  # dot(p, trans(x)) reads x's storage
+    A, B = L.addressable(a_base, b_base)
     g = L.open_group(M * N)
     g.ops.add(id(op))
     L.note_addressed([A, B])
@@ -44,15 +47,50 @@ def generic_dot(L, op: tile.Op) -> None:
     acc = L.var("acc", t)
     g.body.append(Assign(acc, _widen(L.read(c), t)))
     kk = L.var("kk", int32)
-    x = _widen(Index(A, ix.add(ix.mul(m, K), kk)), t)
-    y = _widen(Index(B, ix.add(ix.mul(kk, N), n)), t)
+    x = _widen(Index(A, L.at(a, [m, kk])[1]), t)
+    y = _widen(Index(B, L.at(b, [kk, n])[1]), t)
     step: Expr = Fma(x, y, acc) if t.is_float else Binary("add", acc, Binary("mul", x, y))
     body: list[Stmt] = [Assign(acc, step)]
     g.body.append(For(kk, ix.c32(0), ix.c32(K), ix.c32(1), body))
     L.bind(op.result, rounded(acc, op.result.type.elem), g)
 
 
-# Capability -> strategy.  Empty for now: every target uses `generic_dot`.
+def rows_dot(L, op: tile.Op) -> None:
+    """One thread (the CPU): `out = acc; for m, k: out[m, :] += a[m, k] * b[k, :]`.  The
+    innermost loop runs over contiguous n, so it vectorises; each output element still sees
+    the same sequence of fused multiply-adds as in `generic_dot` (bitwise equal results)."""
+    a, b, c = op.operands
+    M, K = a.shape
+    N = b.shape[1]
+    t = register_type(op.result.type)
+    L.close()
+    A, B = L.addressable(L.view(a)[0], L.view(b)[0])
+    acc = L.canon(c)
+    if L.users.get(acc.id) == [op] and acc.id in L.regs and L.regs[acc.id].dtype == t:
+        out = L.regs[acc.id]  # the accumulator dies here: update its array in place
+    else:
+        out = L.array(op.result.name or "dot", t, M * N)
+        g = L.open_group(M * N)
+        g.body.append(ArrayStore(out, g.k, _widen(L.read(c), t)))
+        L.close()
+    m, kk, n = L.var("m", int32), L.var("kk", int32), L.var("n", int32)
+    x = L.var("a", t)
+    at = ix.add(ix.mul(m, N), n)
+    y = _widen(Index(B, L.at(b, [kk, n])[1]), t)
+    update = Fma(x, y, Index(out, at)) if t.is_float else \
+        Binary("add", Index(out, at), Binary("mul", x, y))
+    inner = For(n, ix.c32(0), ix.c32(N), ix.c32(1), [ArrayStore(out, at, update)])
+    middle = For(kk, ix.c32(0), ix.c32(K), ix.c32(1),
+                 [Assign(x, _widen(Index(A, L.at(a, [m, kk])[1]), t)), inner])
+    L.emit(For(m, ix.c32(0), ix.c32(M), ix.c32(1), [middle]))
+    if op.result.elem in HALF:  # a 16-bit accumulator is rounded once, at the end
+        g = L.open_group(M * N)
+        g.body.append(ArrayStore(out, g.k, rounded(Index(out, g.k), op.result.elem)))
+        L.close()
+    L.regs[op.result.id] = out
+
+
+# Capability -> strategy, first match wins (tensor cores, CPU micro-kernels plug in here).
 DOT_STRATEGIES: dict[str, DotStrategy] = {}
 
 
@@ -60,4 +98,4 @@ def dot_strategy(target: Target) -> DotStrategy:
     for cap, strategy in DOT_STRATEGIES.items():
         if target.has(cap):
             return strategy
-    return generic_dot
+    return rows_dot if target.threads == 1 else generic_dot

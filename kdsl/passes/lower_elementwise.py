@@ -28,6 +28,7 @@ from kdsl.ir.types import (
     compute_dtype,
     float16,
     float32,
+    uint32,
 )
 
 from . import lower_index as ix
@@ -98,15 +99,59 @@ def _cast(op, xs, e):
     return Cast(x, dst)
 
 
-def _bitcast(op, xs, e):
-    src, dst = op.operands[0].elem, _res(op)
-    if src == dst:
-        return xs[0]
-    if src in HALF or dst in HALF:
-        from kdsl.errors import CompilationError
+def _u(v: int) -> Const:
+    return Const(v, uint32)
 
-        raise CompilationError("bitcast to or from float16/bfloat16 is not supported", op.loc)
-    return Bitcast(xs[0], dst)
+
+def _bin(op: str, a: Expr, b: Expr | int) -> Expr:
+    return Binary(op, a, _u(b) if isinstance(b, int) else b)
+
+
+def half_bits(x: Expr, fmt: DType) -> Expr:
+    """The 16-bit pattern (in a uint32) of a float16/bfloat16 value held in float32."""
+    u = Bitcast(x, uint32)
+    if fmt == bfloat16:
+        return _bin("shr", u, 16)  # the low 16 bits of a bfloat16 value are zero
+    sign = _bin("and", _bin("shr", u, 16), 0x8000)
+    exp = _bin("and", _bin("shr", u, 23), 0xFF)
+    mant = _bin("and", u, 0x7FFFFF)
+    normal = _bin("or", _bin("or", sign, _bin("shl", _bin("sub", exp, 112), 10)),
+                  _bin("shr", mant, 13))
+    # float16 subnormals (and zero) are exact multiples of 2^-24 below 2^-14.
+    sub = _bin("or", sign, Cast(Binary("mul", Unary("abs", x), Const(2.0**24, float32)), uint32))
+    quiet = Select(_bin("ne", mant, 0), _u(0x200), _u(0))
+    special = _bin("or", _bin("or", _bin("or", sign, 0x7C00), _bin("shr", mant, 13)), quiet)
+    return Select(_bin("eq", exp, 0xFF), special, Select(_bin("gt", exp, 112), normal, sub))
+
+
+def half_from_bits(h: Expr, fmt: DType) -> Expr:
+    """The float32 holding the float16/bfloat16 value of 16-bit pattern `h` (a uint32)."""
+    if fmt == bfloat16:
+        return Bitcast(_bin("shl", h, 16), float32)
+    sign = _bin("shl", _bin("and", h, 0x8000), 16)
+    exp = _bin("and", _bin("shr", h, 10), 0x1F)
+    mant = _bin("and", h, 0x3FF)
+    normal = _bin("or", _bin("or", sign, _bin("shl", _bin("add", exp, 112), 23)),
+                  _bin("shl", mant, 13))
+    special = _bin("or", _bin("or", sign, 0x7F800000), _bin("shl", mant, 13))
+    magnitude = Bitcast(Binary("mul", Cast(mant, float32), Const(2.0**-24, float32)), uint32)
+    sub = _bin("or", sign, magnitude)
+    bits = Select(_bin("eq", exp, 0x1F), special, Select(_bin("eq", exp, 0), sub, normal))
+    return Bitcast(bits, float32)
+
+
+def _bitcast(op, xs, e):
+    src, dst, x = op.operands[0].elem, _res(op), xs[0]
+    if src == dst:
+        return x
+    if src not in HALF and dst not in HALF:
+        return Bitcast(x, dst)
+    # 16-bit floats are held in float32: go through their 16-bit pattern explicitly.
+    if src in HALF:
+        bits = half_bits(x, src)
+    else:
+        bits = _bin("and", Cast(x, uint32), 0xFFFF)
+    return half_from_bits(bits, dst) if dst in HALF else Cast(bits, dst)
 
 
 def _iota(op, xs, e):

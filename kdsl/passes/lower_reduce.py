@@ -1,9 +1,9 @@
 """Lowering of `reduce` {op, axis}: sum, max, min, argmax, argmin.
 
-The input x (shape D, length R along `axis`, O outputs) is made addressable; output element o
-combines x at flat indices `base(o) + r * inner` for r in [0, R), where `inner` is the product of
-the dims after `axis`.  The output is computed as a member of a group of numel O, so it fuses
-with the element-wise ops that follow.
+The input x (length R along `axis`, O outputs) is made addressable (through `Lowerer.view`: a
+reduction of `trans(y)` reads y's storage); output element o, at coordinates c, combines x at
+coordinates `c[:axis] + (r,) + c[axis:]` for r in [0, R).  The output is computed as a member
+of a group of numel O, so it fuses with the element-wise ops that follow.
 
 With T > 1 threads and fewer outputs than threads, a two-phase reduction keeps the threads busy:
 P = the largest power of two with O*P <= T and P <= R; phase 1 gives each of O*P virtual elements
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from math import prod
 
 import numpy as np
 
@@ -102,18 +101,18 @@ def combine(L, kind: str, acc: Acc, x: Expr, xi: Expr | None, out: list[Stmt]) -
 
 
 def reduce_loop(L, kind: str, t: DType, src: Array, src_idx: Array | None,
-                base: Expr, stride: int, lo: Expr, hi: int, step: int,
+                index: Callable[[Expr], Expr], lo: Expr, hi: int, step: int,
                 out: list[Stmt]) -> Acc:
-    """Append `acc = reduce(src[base + r*stride] for r in range(lo, hi, step))` to `out`.
+    """Append `acc = reduce(src[index(r)] for r in range(lo, hi, step))` to `out`.
     Indices come from `src_idx` when given (partials), else they are r itself."""
     acc = Acc(L.var("acc", t), L.var("acc_i", int32) if kind.startswith("arg") else None)
     out.append(Assign(acc.val, identity(kind, t)))
     if acc.idx is not None:
         out.append(Assign(acc.idx, Const(INT32_MAX, int32)))
     r = L.var("r", int32)
-    at = ix.add(base, ix.mul(r, stride))
-    x: Expr = Index(src, at)
-    xi = (Index(src_idx, at) if src_idx is not None else r) if acc.idx is not None else None
+    flat = index(r)
+    x: Expr = Index(src, flat)
+    xi = (Index(src_idx, flat) if src_idx is not None else r) if acc.idx is not None else None
     body: list[Stmt] = []
     if acc.idx is not None:  # read several times by the comparison
         xv = L.var("x", t)
@@ -127,28 +126,31 @@ def reduce_loop(L, kind: str, t: DType, src: Array, src_idx: Array | None,
 def lower_reduce(L, op: tile.Op) -> None:
     x, kind, axis = op.operands[0], op.attrs["op"], op.attrs["axis"]
     res = op.result
-    shape = x.shape
-    R, inner = shape[axis], prod(shape[axis + 1:])
+    R = x.shape[axis]
     O = x.type.numel // R
     xt = register_type(x.type)
     # Sums accumulate in the result's register type; extremes stay in the input's.
     acc_t = register_type(res.type) if kind == "sum" else xt
     L.close()
-    (arr,) = L.addressable(x)
+    (arr,) = L.addressable(L.view(x)[0])  # a reduction of trans(y) reads y's storage
 
-    def base(o: Expr) -> Expr:
-        return ix.add(ix.mul(ix.div(o, inner), R * inner), ix.mod(o, inner))
+    def x_index(o: Expr) -> Callable[[Expr], Expr]:
+        """Flat index in `arr` of element r (along `axis`) of output o's row."""
+        out_coords = ix.unflatten(o, res.shape)
+        return lambda r: L.at(x, out_coords[:axis] + [r] + out_coords[axis:])[1]
 
     P = 1
     if L.T > 1 and O < L.T:
         while P * 2 * O <= L.T and P * 2 <= R:
             P *= 2
-    src, src_idx, stride, count = arr, None, inner, R
-    src_base: Callable[[Expr], Expr] = base
     if P > 1:
-        src, src_idx = _phase1(L, kind, acc_t, arr, O, P, R, inner, base)
-        stride, count = 1, P
-        src_base = lambda o: ix.mul(o, P)
+        part, part_i = _phase1(L, kind, acc_t, arr, x_index, O, P, R)
+        src, src_idx, count = part, part_i, P
+
+        def row(o: Expr) -> Callable[[Expr], Expr]:
+            return lambda j: ix.add(ix.mul(o, P), j)
+    else:
+        src, src_idx, count, row = arr, None, R, x_index
 
     def finish(acc: Acc) -> Expr:
         if kind.startswith("arg"):
@@ -156,7 +158,7 @@ def lower_reduce(L, op: tile.Op) -> None:
         return rounded(acc.val, res.type.elem) if kind == "sum" else acc.val
 
     if res.type.is_scalar:
-        acc = reduce_loop(L, kind, acc_t, src, src_idx, ix.c32(0), stride, ix.c32(0), count, 1,
+        acc = reduce_loop(L, kind, acc_t, src, src_idx, row(ix.c32(0)), ix.c32(0), count, 1,
                           L.out)
         value = finish(acc)
         if value is not acc.val and value is not acc.idx:
@@ -168,12 +170,11 @@ def lower_reduce(L, op: tile.Op) -> None:
     g = L.open_group(O)
     g.ops.add(id(op))
     L.note_addressed([src])
-    acc = reduce_loop(L, kind, acc_t, src, src_idx, src_base(g.e), stride, ix.c32(0), count, 1,
-                      g.body)
+    acc = reduce_loop(L, kind, acc_t, src, src_idx, row(g.e), ix.c32(0), count, 1, g.body)
     L.bind(res, finish(acc), g)
 
 
-def _phase1(L, kind, t, arr, O, P, R, inner, base) -> tuple[Array, Array | None]:
+def _phase1(L, kind, t, arr, x_index, O, P, R) -> tuple[Array, Array | None]:
     """Partials of O*P virtual elements (one per thread) into shared arrays."""
     n = O * P
     part = L.shared("part", t, n)
@@ -182,7 +183,7 @@ def _phase1(L, kind, t, arr, O, P, R, inner, base) -> tuple[Array, Array | None]
     v = L.tid
     o, p = ix.div(v, P), ix.mod(v, P)
     stmts: list[Stmt] = []
-    acc = reduce_loop(L, kind, t, arr, None, base(o), inner, p, R, P, stmts)
+    acc = reduce_loop(L, kind, t, arr, None, x_index(o), p, R, P, stmts)
     stmts.append(ArrayStore(part, v, acc.val))
     if part_i is not None:
         stmts.append(ArrayStore(part_i, v, acc.idx))

@@ -4,33 +4,42 @@ Distribution (kdsl/ir/loop.py): with T = `target.threads`, flat element `e` of a
 elements lives in thread `e % T`, register slot `e // T`; a thread holds S = ceil(N / T) slots.
 Scalars are uniform: every thread computes them into its own `Var`s.
 
-Walking a block in order, consecutive fusable ops (element-wise ops, `iota`, `const`, `splat`,
-`reshape` and the gathers `broadcast`/`trans`) whose results have the same numel form a *group*,
-emitted as ONE element loop
+Walking a block in order, consecutive fusable ops (element-wise ops, `iota`, `const`, `splat`
+and the gathers `broadcast`/`trans`) whose results have the same numel form a *group*, emitted
+as ONE element loop
 
     for k in range(S):  e = tid + k*T;  [if e < N:]  one Assign per op
 
 A group value that is needed elsewhere (a later group, a reduction, a loop carry, a yield) is
 also written to its register array (size S, indexed by k).  Scalar ops are emitted in program
 order before the open group's loop (they never depend on it).  A group ends at a non-fusable op,
-a different numel, control flow or a scalar side effect.
+a different numel, control flow or a scalar side effect.  `reshape` and `hint` are aliases of
+their operand (same flat order): they generate nothing.
 
-Gathers need their source *addressable* by flat index (`addressable`): with T == 1 that is the
-source's register array itself; with T > 1 it is a shared copy filled between barriers.  A source
-built only from indices and scalars (`offs[:, None]`, ...) is instead recomputed at the gathered
-index (`remat_ok`), which needs neither memory nor barriers.  Reductions live in
-lower_reduce.py, `dot` in lower_dot.py, the element-wise op table in lower_elementwise.py.
+Values built only from indices, constants and scalars (offsets such as `rm[:, None] * K + rk`)
+are never stored: each group that reads them recomputes them (`remat_ok`), at any index.  Other
+gathers need their source *addressable* by flat index (`addressable`): with T == 1 that is the
+source's register array itself; with T > 1 a shared copy filled between two barriers.  When a
+group opens, the sources of all its gathers are staged together (`_prestage`).  Shared arrays
+are reused by *epochs*: each staging starts one, after a barrier that all readers of earlier
+epochs' arrays precede.  Reductions and dots read their operands through `view`, so that
+`dot(q, trans(k))` reads k's copy with permuted coordinates instead of a materialised
+transpose.  Reductions live in lower_reduce.py, `dot` in lower_dot.py, the element-wise op table
+in lower_elementwise.py.
 
-Loop step: the Loop IR `For` compares with `<` for a positive step and `>` for a negative one
-at run time, so a runtime step of either sign is correct.
+A yielded tile computed in the loop body's last group is written straight into the carried
+array when no reader can observe it (`yield_to`), so `acc = acc + ...` costs no copy.
+
+Control flow lives in lower_control.py, IR analyses (aliases, users, stored parameters) in
+lower_analysis.py.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from math import prod
 
 from kdsl.errors import CompilationError
@@ -42,7 +51,6 @@ from kdsl.ir.loop import (
     AtomicAdd,
     Barrier,
     Binary,
-    Cast,
     Const,
     Expr,
     For,
@@ -55,18 +63,20 @@ from kdsl.ir.loop import (
     Stmt,
     Store,
     Var,
-    While,
 )
 from kdsl.ir.types import PointerType, int32
 from kdsl.target import Target
 
 from . import lower_index as ix
+from .lower_analysis import ALIASES, addressed_operands, aliases, stored_params, users
+from .lower_control import lower_for, lower_if, lower_while
+from .lower_dot import dot_strategy
 from .lower_elementwise import ELEMENTWISE, register_type
+from .lower_reduce import lower_reduce
 
 # Ops computed element by element inside a group.
 GATHERS = frozenset({"broadcast", "trans"})
 FUSABLE = tile.ELEMENTWISE | {"iota", "const", "splat", "reshape"} | GATHERS
-CONTROL = frozenset({"for", "while", "if"})
 # Ops a tile value may be recomputed from at any index (pure, cheap, no memory).
 REMAT_KINDS = (
     tile.BINARY_OPS | tile.COMPARE_OPS | tile.UNARY_OPS
@@ -75,9 +85,13 @@ REMAT_KINDS = (
 )
 REMAT_LIMIT = 12  # largest expression tree (in ops) recomputed instead of stored
 
-_C_KEYWORDS = frozenset(
-    ["auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "half", "bool", "true", "false", "kernel", "global", "local", "private", "constant"]
-)
+_C_KEYWORDS = frozenset((
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+    "union", "unsigned", "void", "volatile", "while", "half", "bool", "true", "false", "kernel",
+    "global", "local", "private", "constant",
+))
 
 
 class _Names:
@@ -116,92 +130,10 @@ class Group:
     addressed: set[str] = field(default_factory=set)
 
 
-# Ops whose result is their operand, element for element in flat order: pure aliases.
-ALIASES = frozenset({"reshape", "hint"})
-
-
-def _aliases(fn: tile.Function) -> dict[int, tile.Value]:
-    """Result id -> the value it aliases, for `reshape`/`hint` (a reshape keeps the flat index,
-    so it needs no code and no storage).  A tile reshaped to a scalar is not an alias."""
-    alias: dict[int, tile.Value] = {}
-    for op in fn.walk():
-        if op.kind in ALIASES and op.results:
-            src = op.operands[0]
-            if src.type.is_scalar or not op.result.type.is_scalar:
-                alias[op.result.id] = alias.get(src.id, src)
-    return alias
-
-
-def _users(fn: tile.Function, alias: dict[int, tile.Value]) -> dict[int, list[tile.Op]]:
-    """Canonical value id -> ops using it (alias ops are not users)."""
-    users: dict[int, list[tile.Op]] = {}
-    for op in fn.walk():
-        if op.results and op.results[0].id in alias:
-            continue
-        for o in op.operands:
-            users.setdefault(alias.get(o.id, o).id, []).append(op)
-    return users
-
-
-def _pointer_sources(fn: tile.Function) -> set[int]:
-    """Indices of runtime params stored to through a pointer derived from them (a fixpoint over
-    pointer-carrying ops, loop carries and branch results)."""
-    src: dict[int, frozenset[int]] = {}
-    for i, p in enumerate(fn.runtime_params):
-        src[p.value.id] = frozenset({i})
-
-    def get(v: tile.Value) -> frozenset[int]:
-        return src.get(v.id, frozenset())
-
-    def join(v: tile.Value, s: frozenset[int]) -> bool:
-        old = get(v)
-        if s <= old:
-            return False
-        src[v.id] = old | s
-        return True
-
-    changed = True
-    while changed:
-        changed = False
-        for op in fn.walk():
-            k = op.kind
-            if k in ("addptr", "splat", "broadcast", "reshape", "trans", "hint", "cast",
-                     "bitcast") and op.results:
-                changed |= join(op.results[0], get(op.operands[0]))
-            elif k == "where":
-                changed |= join(op.results[0], get(op.operands[1]) | get(op.operands[2]))
-            elif k == "for":
-                body = op.regions[0]
-                ys = body.terminator.operands if body.terminator else []
-                for i, r in enumerate(op.results):
-                    s = get(op.operands[3 + i]) | (get(ys[i]) if i < len(ys) else frozenset())
-                    changed |= join(r, s) | join(body.args[1 + i], s)
-            elif k == "while":
-                cond, body = op.regions
-                ys = body.terminator.operands if body.terminator else []
-                cs = cond.terminator.operands[1:] if cond.terminator else []
-                for i, a in enumerate(cond.args):
-                    s = get(op.operands[i]) | (get(ys[i]) if i < len(ys) else frozenset())
-                    changed |= join(a, s)
-                for i, r in enumerate(op.results):
-                    s = get(cs[i]) if i < len(cs) else frozenset()
-                    changed |= join(r, s) | (join(body.args[i], s) if i < len(body.args)
-                                             else False)
-            elif k == "if":
-                for region in op.regions:
-                    if region.terminator:
-                        for r, y in zip(op.results, region.terminator.operands):
-                            changed |= join(r, get(y))
-    stored: set[int] = set()
-    for op in fn.walk():
-        if op.kind in tile.SIDE_EFFECTS:
-            stored |= get(op.operands[0])
-    return stored
-
-
 class Lowerer:
     """State of one lowering.  Helpers in lower_reduce.py / lower_dot.py use its small API:
-    `close`, `open_group`, `addressable`, `read`, `bind`, `var`, `array`, `emit`, `barrier`."""
+    `close`, `open_group`, `view`/`at`, `addressable`, `note_addressed`, `read`, `bind`, `var`,
+    `shared`, `emit`, `barrier`, `tid`, `T`."""
 
     def __init__(self, fn: tile.Function, target: Target):
         self.fn = fn
@@ -217,12 +149,12 @@ class Lowerer:
         self.staged: dict[int, Array] = {}   # tile value id -> addressable copy (by flat index)
         self.group: Group | None = None
         self.out: list[Stmt] = []
-        self.alias = _aliases(fn)
-        self.users = _users(fn, self.alias)
+        self.alias = aliases(fn)
+        self.users = users(fn, self.alias)
         self._remat: dict[int, int | None] = {}
         # Values that reductions and dots address in memory (through gather views).
         self.viewed: set[int] = {self.view(o)[0].id for op in fn.walk()
-                                 for o in _addressed_operands(op)}
+                                 for o in addressed_operands(op)}
         self.shared_bytes = 0
         # Shared memory is reused by epochs: every staging starts a new epoch after a barrier,
         # and the readers of arrays filled in earlier epochs all come before that barrier.
@@ -324,7 +256,10 @@ class Lowerer:
         if g.n % self.T:
             body = [If(Binary("lt", g.e, ix.c32(g.n)), body)]
         if self.T > 1:
-            body = [Assign(g.e, ix.add(self.tid, ix.mul(g.k, self.T)))] + body
+            if _mentions(body, g.e):
+                body = [Assign(g.e, ix.add(self.tid, ix.mul(g.k, self.T)))] + body
+            else:
+                self.variables.remove(g.e)
         self.out.append(For(g.k, ix.c32(0), ix.c32(g.s), ix.c32(1), body))
 
     def _needs_array(self, v: tile.Value, g: Group) -> bool:
@@ -338,24 +273,34 @@ class Lowerer:
         """Whether some user must address v in memory: a reduction input, a dot operand."""
         return v.id in self.viewed
 
-    def view(self, v: tile.Value) -> tuple[tile.Value, Callable[[Expr], Expr]]:
-        """(base, index map): `v` at flat index i is `base` at `index_map(i)`, looking through
-        gathers of stored values, so that a reduction or dot of `trans(x)` reads x's storage
-        instead of materialising the transpose."""
-        v = self.canon(v)
-        op = v.owner
+    def view(self, v: tile.Value) -> tuple[tile.Value, CoordMap]:
+        """(base, coordinate map): element `coords` of `v` is element `cmap(coords)` of `base`,
+        looking through aliases and gathers of stored values, so that a reduction or dot of
+        `trans(x)` reads x's storage instead of materialising the transpose."""
+        c = self.canon(v)
+        if c.shape == v.shape:
+            conv: CoordMap = _same_coords
+        else:  # through a reshape: same flat index
+            def conv(cs: list[Expr]) -> list[Expr]:
+                return ix.unflatten(ix.flatten(cs, v.shape), c.shape)
+        op = c.owner
         if (isinstance(op, tile.Op) and op.kind in GATHERS
                 and not op.operands[0].type.is_scalar and not self.remat_ok(op.operands[0])):
             base, inner = self.view(op.operands[0])
-            return base, lambda i: inner(self.gather_index(op, i))
-        return v, lambda i: i
+            return base, lambda cs: inner(_gather_coords(op, conv(cs)))
+        return c, conv
+
+    def at(self, v: tile.Value, coords: list[Expr]) -> tuple[tile.Value, Expr]:
+        """(base, flat index in base) of element `coords` of `v` (see `view`)."""
+        base, cmap = self.view(v)
+        return base, ix.flatten(cmap(coords), base.shape)
 
     def _only_viewed(self, v: tile.Value) -> bool:
         """Whether every user of `v` reads it through `view` (so it needs no code)."""
         users = self.users.get(v.id, [])
-        return bool(users) and all(any(self.canon(o) is v for o in _addressed_operands(u))
+        return bool(users) and all(any(self.canon(o) is v for o in addressed_operands(u))
                                    and v not in [self.canon(o) for o in u.operands
-                                                 if o not in _addressed_operands(u)]
+                                                 if o not in addressed_operands(u)]
                                    for u in users)
 
     def bind(self, v: tile.Value, expr: Expr, g: Group) -> None:
@@ -508,7 +453,7 @@ class Lowerer:
                     break
                 src = self.canon(op.operands[0]) if op.operands else None
                 if (op.kind in GATHERS and not src.type.is_scalar and src.id not in inside
-                        and not self.remat_ok(src)):
+                        and not self.remat_ok(src) and not self._only_viewed(op.result)):
                     srcs.append(src)
             inside.update(r.id for r in op.results)
         if srcs:
@@ -639,6 +584,9 @@ class Lowerer:
                  if not (isinstance(d, Var) and self.scalars.get(s.id) is d)
                  and not (isinstance(d, Array) and self.regs.get(s.id) is d)]
         scalar_pairs = [(d, s) for d, s in pairs if isinstance(d, Var)]
+        # The open group may read a destination variable: its loop must come first, since
+        # scalar statements are emitted before it.
+        self.close()
         temps = []
         for d, s in scalar_pairs:
             t = self.var(d.name + "_next", d.dtype) if len(scalar_pairs) > 1 else None
@@ -651,7 +599,6 @@ class Lowerer:
         for d, s in pairs:
             if isinstance(d, Array):
                 by_numel.setdefault(s.type.numel, []).append((d, s))
-        self.close()
         for n, group_pairs in by_numel.items():
             g = self.open_group(n)
             reads: list[Expr] = []
@@ -695,13 +642,33 @@ class Lowerer:
         return stmts, term
 
 
-def _addressed_operands(op: tile.Op) -> list[tile.Value]:
-    """Operands that an op reads at arbitrary flat indices (through `Lowerer.view`)."""
-    if op.kind == "reduce":
-        return op.operands[:1]
-    if op.kind == "dot":
-        return op.operands[:2]
-    return []
+CoordMap = Callable[[list[Expr]], list[Expr]]
+
+
+def _same_coords(cs: list[Expr]) -> list[Expr]:
+    return cs
+
+
+def _gather_coords(op: tile.Op, coords: list[Expr]) -> list[Expr]:
+    """Source coordinates of element `coords` of a broadcast or trans."""
+    src = op.operands[0].shape
+    if op.kind == "broadcast":
+        return [c if s != 1 else ix.c32(0) for c, s in zip(coords, src)]
+    out: list[Expr] = [ix.c32(0)] * len(src)
+    for d, p in enumerate(op.attrs["perm"]):
+        out[p] = coords[d]
+    return out
+
+
+def _mentions(node, var: Var) -> bool:
+    """Whether a Loop IR statement list or expression reads `var`."""
+    if node is var:
+        return True
+    if isinstance(node, list):
+        return any(_mentions(x, var) for x in node)
+    if isinstance(node, (Expr, Stmt)):
+        return any(_mentions(getattr(node, f.name), var) for f in fields(node))
+    return False
 
 
 def _numel(op: tile.Op) -> int:
@@ -712,82 +679,14 @@ def _mask_other(xs: list[Expr]) -> tuple[Expr | None, Expr | None]:
     return (xs[1], xs[2]) if len(xs) > 2 else (xs[1] if len(xs) > 1 else None, None)
 
 
-def _lower_for(L: Lowerer, op: tile.Op) -> None:
-    L.close()
-    lo, hi, step, *inits = op.operands
-    body = op.regions[0]
-    iv_t = register_type(body.args[0].type)
-    carried = [L.storage(r, (a.name or "c")) for r, a in zip(op.results, body.args[1:])]
-    L.copy(carried, inits)
-    iv = L.var(body.args[0].name or "i", iv_t)
-
-    def bound(v: tile.Value) -> Expr:
-        x = L.scalar(v)
-        return x if x.dtype == iv_t else Cast(x, iv_t)
-
-    L.scalars[body.args[0].id] = iv
-    stmts, _ = L.lower_region(body, [iv] + carried,
-                              lambda term: L.yield_to(carried, term.operands if term else []),
-                              loop=True)
-    L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
-    for r, st in zip(op.results, carried):
-        L.bind_storage(r, st)
-
-
-def _lower_while(L: Lowerer, op: tile.Op) -> None:
-    L.close()
-    cond_block, body = op.regions
-    before = [L.storage(a, a.name or "w") for a in cond_block.args]
-    L.copy(before, op.operands)
-    term = cond_block.terminator
-    c, *passed = term.operands
-    if [v.id for v in passed] == [a.id for a in cond_block.args]:
-        after = before  # the usual case: the condition passes its arguments through
-    else:
-        after = [L.storage(r, r.name or "wr") for r in op.results]
-    cvar = L.var("cond", register_type(c.type))
-
-    def finish_cond(term: tile.Op) -> None:
-        L.emit(Assign(cvar, L.scalar(c)))
-        if after is not before:
-            L.yield_to(after, passed)
-
-    cond_stmts, _ = L.lower_region(cond_block, before, finish_cond, loop=True)
-    body_stmts, _ = L.lower_region(
-        body, after, lambda term: L.yield_to(before, term.operands if term else []), loop=True)
-    L.emit(While(cond_stmts, cvar, body_stmts))
-    for r, st in zip(op.results, after):
-        L.bind_storage(r, st)
-
-
-def _lower_if(L: Lowerer, op: tile.Op) -> None:
-    L.close()
-    results = [L.storage(r, r.name or "ifr") for r in op.results]
-    branches = []
-    for region in op.regions:
-        stmts, _ = L.lower_region(
-            region, [], lambda term: L.yield_to(results, term.operands if term else []))
-        branches.append(stmts)
-    L.emit(If(L.scalar(op.operands[0]), branches[0], branches[1] if len(branches) > 1 else []))
-    for r, st in zip(op.results, results):
-        L.bind_storage(r, st)
-
-
-def _lower_reduce(L: Lowerer, op: tile.Op) -> None:
-    from .lower_reduce import lower_reduce
-
-    lower_reduce(L, op)
-
-
 def _lower_dot(L: Lowerer, op: tile.Op) -> None:
-    from .lower_dot import dot_strategy
-
     dot_strategy(L.target)(L, op)
 
 
+# Non-fusable ops -> their lowering.
 _SPECIAL = {
-    "for": _lower_for, "while": _lower_while, "if": _lower_if,
-    "reduce": _lower_reduce, "dot": _lower_dot,
+    "for": lower_for, "while": lower_while, "if": lower_if,
+    "reduce": lower_reduce, "dot": _lower_dot,
 }
 
 
@@ -801,7 +700,7 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
     L.lower_block(fn.body)
     L.close()
     attrs = {
-        "stored_params": _pointer_sources(fn),
+        "stored_params": stored_params(fn),
         "shared_bytes": L.shared_bytes,
     }
     if L.hints:

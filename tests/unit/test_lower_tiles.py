@@ -330,7 +330,7 @@ def _reduce_fn(shape, kind, axis, dtype=float32):
     if r.type.is_scalar:
         b.store(o, r)
     else:
-        b.store(b.addptr(o, b.iota(r.type.numel)), r)
+        b.store(b.addptr(o, b.iota(r.type.numel)), b.reshape(r, (r.type.numel,)))
     return b.fn()
 
 
@@ -339,7 +339,8 @@ _NP_RED = {"sum": np.sum, "max": np.max, "min": np.min, "argmax": np.argmax,
 
 
 @pytest.mark.parametrize("kind", ["sum", "max", "min", "argmax", "argmin"])
-@pytest.mark.parametrize("shape,axis", [((4, 8), 0), ((4, 8), 1), ((16,), 0), ((2, 3), 1)])
+@pytest.mark.parametrize("shape,axis", [((4, 8), 0), ((4, 8), 1), ((16,), 0), ((2, 3), 1),
+                                        ((2, 4, 2), 1)])
 def test_reductions(kind, shape, axis):
     fn = _reduce_fn(shape, kind, axis)
     rng = np.random.default_rng(2)
@@ -656,3 +657,178 @@ def test_through_the_frontend():
                                            M, N, K], threads=(1, 8))
     for args in outs.values():
         assert_close(args[2].reshape(M, N), a.astype(np.float64) @ bm, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["sum", "argmax"])
+def test_reduce_and_dot_of_a_transpose_read_its_source(kind):
+    """reduce(trans(x)) and dot(a, trans(b)): the transpose is never materialised."""
+    M, N = 4, 8
+    b = FB("tr", [("x", ptr(float32)), ("o", ptr(float32)), ("r", ptr(float32)),
+                  ("ri", ptr(int32))])
+    x, o, r, ri = b.args
+    xv = b.load(b.addptr(x, offsets_2d(b, M, N, N)))           # (M, N)
+    xt = b.trans(xv)                                              # (N, M)
+    red = b.reduce(xt, kind, 1)                                   # (N,)
+    if kind == "sum":
+        b.store(b.addptr(r, b.iota(N)), red)
+    else:
+        b.store(b.addptr(ri, b.iota(N)), red)
+    gram = b.dot(xv, xt, b.const(0.0, float32, (M, M)))           # x @ x.T
+    b.store(b.addptr(o, offsets_2d(b, M, M, M)), gram)
+    fn = b.fn()
+    xs = np.random.default_rng(8).integers(-3, 4, (M, N)).astype(np.float32)
+    ref, outs = run_all(fn, (1,), lambda: [xs.ravel(), np.zeros(M * M, np.float32),
+                                           np.zeros(N, np.float32), np.zeros(N, np.int32)])
+    for args in [ref, *outs.values()]:
+        np.testing.assert_array_equal(args[1].reshape(M, M), xs @ xs.T)
+        if kind == "sum":
+            np.testing.assert_array_equal(args[2], xs.T.sum(1))
+        else:
+            np.testing.assert_array_equal(args[3], xs.T.argmax(1))
+    for t in (1, 4):
+        k = lower(fn, Target("t", threads=t))
+        assert [a.size for a in k.arrays if a.space == "reg" and a.size * t == M * N] == \
+            [M * N // t], "only x itself is held in registers"
+
+
+def test_tile_atomic_add_returns_old_values():
+    b = FB("atom", [("cnt", ptr(int32)), ("old", ptr(int32))])
+    cnt, old = b.args
+    offs = b.iota(12)
+    bucket = b.bin("mod", offs, b.const(3, int32, (12,)))
+    prev = b.op("atomic_add", [b.addptr(cnt, bucket), b.const(1, int32, (12,))],
+                TileType((12,), int32))
+    b.store(b.addptr(old, b.bin("add", b.splat(b.bin("mul", b.pid(), b.const(12, int32)),
+                                                (12,)), offs)), prev)
+    fn = b.fn()
+    for t in THREADS:
+        c, o = np.zeros(3, np.int32), np.full(24, -1, np.int32)
+        run_kernel(lower(fn, Target("t", threads=t)), (2,), [c, o])
+        np.testing.assert_array_equal(c, [8, 8, 8])
+        for j in range(3):  # each bucket handed out 0..7 exactly once
+            assert sorted(o[j::3]) == list(range(8))
+
+
+def test_attention_through_the_frontend():
+    import kdsl as kd
+
+    try:
+        from kdsl.frontend import build_function
+        from kdsl.passes import run_tile_passes
+    except ImportError:
+        pytest.skip("frontend not available")
+
+    def attn(q_ptr, k_ptr, v_ptr, o_ptr, S, BM: kd.constexpr, BN: kd.constexpr,
+             D: kd.constexpr):
+        rm = kd.program_id(0) * BM + kd.arange(0, BM)
+        rd = kd.arange(0, D)
+        q = kd.load(q_ptr + rm[:, None] * D + rd[None, :])
+        m_i = kd.full((BM,), -float("inf"), kd.float32)
+        l_i = kd.zeros((BM,), kd.float32)
+        acc = kd.zeros((BM, D), kd.float32)
+        for start in range(0, S, BN):
+            rn = start + kd.arange(0, BN)
+            k = kd.load(k_ptr + rn[:, None] * D + rd[None, :], mask=rn[:, None] < S, other=0.0)
+            qk = kd.where(rn[None, :] < S, kd.dot(q, kd.trans(k)), -float("inf"))
+            m_ij = kd.maximum(m_i, kd.max(qk, axis=1))
+            p = kd.exp(qk - m_ij[:, None])
+            alpha = kd.exp(m_i - m_ij)
+            l_i = l_i * alpha + kd.sum(p, axis=1)
+            v = kd.load(v_ptr + rn[:, None] * D + rd[None, :], mask=rn[:, None] < S, other=0.0)
+            acc = acc * alpha[:, None] + kd.dot(p, v)
+            m_i = m_ij
+        kd.store(o_ptr + rm[:, None] * D + rd[None, :], acc / l_i[:, None])
+
+    P = ptr(float32)
+    fn, _ = run_tile_passes(build_function(
+        attn, {"q_ptr": P, "k_ptr": P, "v_ptr": P, "o_ptr": P, "S": scalar(int32)},
+        {"BM": 4, "BN": 4, "D": 8}))
+    S, rng = 7, np.random.default_rng(9)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in
+               [(8, 8), (S, 8), (S, 8)])
+    s = q.astype(np.float64) @ k.T
+    p = np.exp(s - s.max(1, keepdims=True))
+    want = (p / p.sum(1, keepdims=True)) @ v
+    _, outs = run_all(fn, (2,), lambda: [q.ravel(), k.ravel(), v.ravel(),
+                                         np.zeros(64, np.float32), S], threads=(1, 4))
+    for args in outs.values():
+        assert_close(args[3].reshape(8, 8), want, rtol=1e-5, atol=1e-6)
+    k4 = lower(fn, Target("gpu", threads=4, shared_bytes=48 * 1024))
+    assert k4.attrs["shared_bytes"] == 2 * 4 * 32  # two 4x8 float32 buffers, reused
+
+
+@pytest.mark.parametrize("half", [float16, bfloat16])
+def test_bitcast_of_16_bit_floats(half):
+    """bits -> half -> stored half, and half -> bits, for normals, subnormals, zeros, inf, NaN."""
+    from kdsl.ir.types import int16, uint16
+
+    b = FB("bits", [("bits", ptr(uint16)), ("h", ptr(half)), ("back", ptr(int16))])
+    pb, ph, pback = b.args
+    offs = b.bin("add", b.splat(b.bin("mul", b.pid(), b.const(16, int32)), (16,)), b.iota(16))
+    bits = b.load(b.addptr(pb, offs))
+    hv = b.op("bitcast", [bits], TileType((16,), half))
+    b.store(b.addptr(ph, offs), hv)
+    hl = b.load(b.addptr(ph, offs))
+    b.store(b.addptr(pback, offs), b.op("bitcast", [hl], TileType((16,), int16)))
+    fn = b.fn()
+    pats = np.array([0x0000, 0x8000, 0x0001, 0x03FF, 0x0400, 0x3C00, 0xBC00, 0x7BFF, 0x7C00,
+                     0xFC00, 0x7E00, 0x3555, 0x8201, 0x4049, 0x3F80, 0xC2F7, 0x0080, 0x007F,
+                     0x7F80, 0xFF80, 0x7FC0, 0x1234, 0x9ABC, 0x5678, 0x0200, 0x8001, 0x00FF,
+                     0x6C00, 0xEC01, 0x3001, 0x2000, 0xA000], np.uint16)
+    store = np.float16 if half == float16 else np.uint16
+    ref, outs = run_all(fn, (2,), lambda: [pats.copy(), np.zeros(32, store),
+                                           np.zeros(32, np.int16)], threads=(1, 4))
+    # NaN payloads may be quietened; every other pattern round-trips exactly.
+    if half == float16:
+        nan = ((pats & 0x7C00) == 0x7C00) & ((pats & 0x3FF) != 0)
+    else:
+        nan = ((pats & 0x7F80) == 0x7F80) & ((pats & 0x7F) != 0)
+    for args in [ref, *outs.values()]:
+        got = args[1].view(np.uint16)
+        np.testing.assert_array_equal(got[~nan], pats[~nan])
+        np.testing.assert_array_equal(args[2].view(np.uint16)[~nan], pats[~nan])
+        assert ((got[nan] & 0x7FFF) > (0x7C00 if half == float16 else 0x7F80)).all()
+
+
+def test_yield_of_a_scalar_read_by_the_last_group():
+    """x = x + s; s = s + 1: the tile update must see the old s."""
+    b = FB("sc", [("o", ptr(float32)), ("n", scalar(int32))])
+    o, n = b.args
+    with b.for_(b.const(0, int32), n, b.const(1, int32),
+                [b.const(0.0, float32, (8,)), b.const(1.0, float32)]) as (_i, (x, s), res):
+        b.yield_(b.bin("add", x, b.splat(s, (8,))), b.bin("add", s, b.const(1.0, float32)))
+    b.store(b.addptr(o, b.iota(8)), res[0])
+    fn = b.fn()
+    ref, outs = run_all(fn, (1,), lambda: [np.zeros(8, np.float32), 4])
+    for args in [ref, *outs.values()]:
+        np.testing.assert_array_equal(args[0], np.full(8, 1.0 + 2 + 3 + 4, np.float32))
+
+
+def test_dot_accumulating_in_a_loop():
+    """acc = dot(a_i, b_i, acc) over K blocks: on the CPU the carried array is updated in
+    place (no copy loop); every thread count gives bitwise the same result."""
+    M, BK, N, KB = 4, 2, 8, 3
+    b = FB("kloop", [("a", ptr(float32)), ("b", ptr(float32)), ("c", ptr(float32))])
+    pa, pb, pc = b.args
+    a_offs, b_offs = offsets_2d(b, M, BK, BK * KB), offsets_2d(b, BK, N, N)
+    with b.for_(b.const(0, int32), b.const(KB, int32), b.const(1, int32),
+                [b.const(0.0, float32, (M, N))]) as (i, (acc,), res):
+        ka = b.splat(b.bin("mul", i, b.const(BK, int32)), (M, BK))
+        kb = b.splat(b.bin("mul", i, b.const(BK * N, int32)), (BK, N))
+        av = b.load(b.addptr(pa, b.bin("add", a_offs, ka)))
+        bv = b.load(b.addptr(pb, b.bin("add", b_offs, kb)))
+        b.yield_(b.dot(av, bv, acc))
+    b.store(b.addptr(pc, offsets_2d(b, M, N, N)), res[0])
+    fn = b.fn()
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((M, BK * KB)).astype(np.float32)
+    bm = rng.standard_normal((BK * KB, N)).astype(np.float32)
+    ref, outs = run_all(fn, (1,), lambda: [a.ravel(), bm.ravel(), np.zeros(M * N, np.float32)])
+    assert_close(ref[2].reshape(M, N), a.astype(np.float64) @ bm, rtol=1e-5, atol=1e-6)
+    for args in outs.values():
+        np.testing.assert_array_equal(args[2], outs[1][2])
+    k1 = lower(fn, Target("cpu", threads=1))
+    (body,) = [s.body for s in k1.body if isinstance(s, loop.For) and s.var.name.startswith("i")]
+    stored = {s.array.name for s in walk(body) if isinstance(s, loop.ArrayStore)}
+    carried = [a.name for a in k1.arrays if a.size == M * N]
+    assert len(carried) == 1 and carried[0] in stored  # accumulated in place, no second array

@@ -1,0 +1,81 @@
+"""Lowering of structured control flow (`for`, `while`, `if`) to Loop IR.
+
+Carried tiles live in register arrays and carried scalars in variables, declared before the
+loop; block arguments are bound to them, yields are copied back at the end of the body (all read
+before any is written, so swaps work; see `Lowerer.yield_to` for the in-place case), and the
+op's results are those arrays.  The Loop IR `For` compares with `<` for a positive step and `>`
+for a negative one at run time, so a runtime step of either sign is correct.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kdsl.ir import tile
+from kdsl.ir.loop import Assign, Cast, Expr, For, If, While
+
+from .lower_elementwise import register_type
+
+if TYPE_CHECKING:
+    from .lower_tiles import Lowerer
+
+
+def lower_for(L: Lowerer, op: tile.Op) -> None:
+    L.close()
+    lo, hi, step, *inits = op.operands
+    body = op.regions[0]
+    iv_t = register_type(body.args[0].type)
+    carried = [L.storage(r, (a.name or "c")) for r, a in zip(op.results, body.args[1:])]
+    L.copy(carried, inits)
+    iv = L.var(body.args[0].name or "i", iv_t)
+
+    def bound(v: tile.Value) -> Expr:
+        x = L.scalar(v)
+        return x if x.dtype == iv_t else Cast(x, iv_t)
+
+    L.scalars[body.args[0].id] = iv
+    stmts, _ = L.lower_region(body, [iv] + carried,
+                              lambda term: L.yield_to(carried, term.operands if term else []),
+                              loop=True)
+    L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
+    for r, st in zip(op.results, carried):
+        L.bind_storage(r, st)
+
+
+def lower_while(L: Lowerer, op: tile.Op) -> None:
+    L.close()
+    cond_block, body = op.regions
+    before = [L.storage(a, a.name or "w") for a in cond_block.args]
+    L.copy(before, op.operands)
+    term = cond_block.terminator
+    c, *passed = term.operands
+    if [v.id for v in passed] == [a.id for a in cond_block.args]:
+        after = before  # the usual case: the condition passes its arguments through
+    else:
+        after = [L.storage(r, r.name or "wr") for r in op.results]
+    cvar = L.var("cond", register_type(c.type))
+
+    def finish_cond(term: tile.Op) -> None:
+        L.emit(Assign(cvar, L.scalar(c)))
+        if after is not before:
+            L.yield_to(after, passed)
+
+    cond_stmts, _ = L.lower_region(cond_block, before, finish_cond, loop=True)
+    body_stmts, _ = L.lower_region(
+        body, after, lambda term: L.yield_to(before, term.operands if term else []), loop=True)
+    L.emit(While(cond_stmts, cvar, body_stmts))
+    for r, st in zip(op.results, after):
+        L.bind_storage(r, st)
+
+
+def lower_if(L: Lowerer, op: tile.Op) -> None:
+    L.close()
+    results = [L.storage(r, r.name or "ifr") for r in op.results]
+    branches = []
+    for region in op.regions:
+        stmts, _ = L.lower_region(
+            region, [], lambda term: L.yield_to(results, term.operands if term else []))
+        branches.append(stmts)
+    L.emit(If(L.scalar(op.operands[0]), branches[0], branches[1] if len(branches) > 1 else []))
+    for r, st in zip(op.results, results):
+        L.bind_storage(r, st)
