@@ -404,7 +404,7 @@ def test_variables_keep_loop_ir_names():
 
 
 def test_stored_params_by_index_name_or_default():
-    from backends.c_like import stored_params
+    from kdsl.backends.c_like import stored_params
 
     k = vector_add(32)
     assert stored_params(k) == {2}

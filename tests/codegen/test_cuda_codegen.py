@@ -87,7 +87,7 @@ def test_vector_add_runs_on_gpu():
         pytest.skip("no CUDA GPU")
     import numpy as np
 
-    from backends.base import BoundArg
+    from kdsl.backends.base import BoundArg
 
     n = 1000
     x = np.arange(n, dtype=np.float32)
