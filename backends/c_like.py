@@ -65,6 +65,10 @@ class CDialect:
     fast_math_option: str
     helper_qual: str                    # prefix of helper function definitions
     extra: Mapping[str, object] = field(default_factory=dict)  # template-only settings
+    # Loop IR `Intrinsic` name -> C function, called as `f(&result..., arg...)`; the template
+    # defines the functions of `intrinsics` (the names used).  Targets get an intrinsic only
+    # with the capability that promises it, so a dialect lists just the ones it has.
+    intrinsics: Mapping[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------- names
@@ -179,18 +183,19 @@ class CEmitter:
         self.specials: dict[str, str] = {}      # C name of an index set-up constant -> expr
         self.uses_fp64 = False
         self.uses_int64_atomics = False
+        self.intrinsics: set[str] = set()       # Intrinsic names used (template defines them)
         self.expr_table: dict[type, Callable[[loop.Expr], str]] = {
             loop.Const: self._const, loop.Var: self._var, loop.Special: self._special,
             loop.Index: self._index, loop.Unary: self._unary, loop.Binary: self._binary,
             loop.Select: self._select, loop.Cast: self._cast, loop.Bitcast: self._bitcast,
             loop.Round: self._round, loop.Fma: self._fma, loop.PtrAdd: self._ptradd,
-            loop.Load: self._load,
+            loop.PtrDiff: self._ptrdiff, loop.Load: self._load,
         }
         self.stmt_table: dict[type, Callable[[loop.Stmt, str], list[str]]] = {
             loop.Assign: self._assign, loop.ArrayStore: self._array_store,
             loop.Store: self._store, loop.AtomicAdd: self._atomic_add, loop.For: self._for,
             loop.While: self._while, loop.If: self._if, loop.Barrier: self._barrier,
-            loop.Comment: self._comment,
+            loop.Comment: self._comment, loop.Intrinsic: self._intrinsic,
         }
 
     # -- types
@@ -325,6 +330,10 @@ class CEmitter:
     def _ptradd(self, e: loop.PtrAdd) -> str:
         return f"({self.expr(e.ptr)} + {self.expr(e.offset)})"
 
+    def _ptrdiff(self, e: loop.PtrDiff) -> str:
+        # C pointer subtraction counts elements of the pointee (checked mode's offsets).
+        return f"(({self.ctype(e.dtype)})({self.expr(e.ptr)} - {self.expr(e.base)}))"
+
     def _element(self, ptr: loop.Expr) -> tuple[str, str]:
         """`(base, index)` of a pointer expression, so that accesses print as `base[index]`."""
         if isinstance(ptr, loop.PtrAdd):
@@ -433,6 +442,13 @@ class CEmitter:
     def _comment(self, s: loop.Comment, pad: str) -> list[str]:
         return [f"{pad}// {line}" for line in s.text.splitlines() or [""]]
 
+    def _intrinsic(self, s: loop.Intrinsic, pad: str) -> list[str]:
+        if s.name not in self.d.intrinsics:
+            raise NotImplementedError(f"{self.d.name}: no intrinsic {s.name}")
+        self.intrinsics.add(s.name)
+        args = [f"&{self.expr(v)}" for v in s.results] + [self.expr(x) for x in s.args]
+        return [f"{pad}{self.d.intrinsics[s.name]}({', '.join(args)});"]
+
     # -- the whole kernel
 
     def param(self, p: loop.KParam) -> str:
@@ -471,6 +487,7 @@ class CEmitter:
             variables=variables, specials=sorted(self.specials.items()), body=body,
             helpers=self._helper_records(), fp64=self.uses_fp64,
             int64_atomics=self.uses_int64_atomics, fast_math=bool(k.attrs.get("fast_math")),
+            intrinsics=sorted(self.intrinsics),
         ).rstrip() + "\n"
 
     def _helper_records(self) -> list[dict[str, str]]:

@@ -295,6 +295,13 @@ class _FnEmitter:
         off = self._to_i64(self.expr(e.offset), e.offset.dtype)
         return self.b.gep(self.expr(e.ptr), [off], source_etype=mem_type(e.ptr.dtype.pointee))
 
+    def _e_PtrDiff(self, e: L.PtrDiff) -> ir.Value:
+        """Element offset of `ptr` from `base`: byte difference / element size (exact)."""
+        b = self.b
+        diff = b.sub(b.ptrtoint(self.expr(e.ptr), I64), b.ptrtoint(self.expr(e.base), I64))
+        size = e.ptr.dtype.pointee.itemsize
+        return b.sdiv(diff, ir.Constant(I64, size)) if size > 1 else diff
+
     def _e_Load(self, e: L.Load) -> ir.Value:
         ptr = self.expr(e.ptr)
         if e.mask is None:

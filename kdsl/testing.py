@@ -78,3 +78,11 @@ def assert_close(actual, expected, dtype=None, k: int = 1, what: str = "output")
             f"{what}: {int(bad.sum())} of {bad.size} elements differ beyond atol=rtol={tol.atol:.3g}"
             f" ({_dtype_name(dtype)}, k={k}); first (index, got, expected): {worst}"
         )
+
+
+# The comparison and timing tools live in their own modules; `kd.testing` is their public home.
+from .bench import Timings, do_bench  # noqa: E402
+from .compare import CompareReport, compare  # noqa: E402
+
+__all__ = ["CompareReport", "Timings", "Tolerance", "assert_close", "compare", "do_bench",
+           "tolerance"]

@@ -400,6 +400,13 @@ def _h_addptr(op, ins, m):
     return [Ptr(p.buf, p.off + np.asarray(off).astype(np.int64))]
 
 
+def _h_ptr_offset(op, ins, m):
+    # Both pointers index one argument buffer (checked mode derives `base` from the parameter
+    # `ptr` came from), so the element offset is the difference of the offsets.
+    p, base = ins
+    return [np.asarray(p.off - base.off, dtype=np.int64)]
+
+
 def _h_reduce(op, ins, m):
     x, kind, ax = np.asarray(ins[0]), op.attrs["op"], op.attrs["axis"]
     elem = _elem(op.result)
@@ -484,6 +491,7 @@ _HANDLERS: dict[str, Callable] = {
     "const": _h_const, "iota": _h_iota, "splat": _h_splat, "broadcast": _h_broadcast,
     "reshape": _h_reshape, "trans": _h_trans, "hint": _h_identity, "fma": _h_fma,
     "where": _h_where, "cast": _h_cast, "bitcast": _h_bitcast, "addptr": _h_addptr,
+    "ptr_offset": _h_ptr_offset,
     "reduce": _h_reduce, "dot": _h_dot, "program_id": _h_program_id,
     "num_programs": _h_num_programs, "load": _h_load, "store": _h_store,
     "atomic_add": _h_atomic_add, "for": _h_for, "while": _h_while, "if": _h_if,

@@ -14,13 +14,14 @@ backend turns variables into allocas that mem2reg promotes):
     Index(array, index)           Unary(op, x)                 Binary(op, a, b)
     Select(cond, a, b)            Cast(x, dtype)               Bitcast(x, dtype)
     Round(x, fmt)                 Fma(a, b, c)                 PtrAdd(ptr, offset)
-    Load(ptr, mask, other)
+    PtrDiff(ptr, base)            Load(ptr, mask, other)
 
   statements:
     Assign(var, value)            ArrayStore(array, index, value)
     Store(ptr, value, mask)       AtomicAdd(ptr, value, mask, result)
     For(var, lo, hi, step, body)  While(cond_body, cond, body)
     If(cond, then, orelse)        Barrier()                     Comment(text)
+    Intrinsic(name, args, results)
 
 Types: every expression has a `DType` or `PointerType`.  float16/bfloat16 never appear as the
 type of a variable or expression: values of those types are held in float32 (`compute_dtype`)
@@ -35,6 +36,13 @@ Binary ops: add sub mul div (float: IEEE; int: C truncation, x/0 == 0) mod (int:
             maximum minimum (float: NaN-propagating) eq ne lt le gt ge (-> int1, float ordered
             except ne) land lor (int1)
 Special kinds: "tid" (thread index in the program, 0 on the CPU), "pid" and "nprog" with axis.
+
+`Intrinsic` is a named operation with scalar arguments that assigns its result variables: how
+a target computes something the IR has no node for (a warp's tensor-core `mma`).  Names are
+defined by the passes that emit them (kdsl/passes/lower_dot_mma.py); a backend spells them
+from its dialect table and the simulator (kdsl/ir/loop_interp.py `INTRINSICS`) runs them.  A
+`warp` intrinsic is collective: all lanes of a warp execute it together (like a barrier of
+the warp), so it is only emitted for targets whose caps promise it, under warp-uniform control.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .tile import Loc
-from .types import DType, PointerType, float32, int1, int32
+from .types import DType, PointerType, float32, int1, int32, int64
 
 Type = DType | PointerType
 
@@ -186,6 +194,19 @@ class PtrAdd(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class PtrDiff(Expr):
+    """`ptr - base` in elements of the pointee, as an int64 (both point into one buffer;
+    checked mode compares it with the buffer's extent)."""
+
+    ptr: Expr
+    base: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return int64
+
+
+@dataclass(frozen=True, eq=False)
 class Load(Expr):
     """Read `*ptr` from global memory; with a mask, memory is not touched where the mask is
     false and the value is `other`.  Type: compute type of the pointee."""
@@ -275,6 +296,16 @@ class Comment(Stmt):
     text: str
 
 
+@dataclass(eq=False)
+class Intrinsic(Stmt):
+    """`results... = name(args...)`: all arguments are read before any result is written, so
+    a result may also be an argument (an accumulator updated in place)."""
+
+    name: str
+    args: list[Expr]
+    results: list[Var]
+
+
 @dataclass
 class KParam:
     name: str
@@ -332,6 +363,8 @@ def format_expr(e: Expr) -> str:
             return f"fma({format_expr(a)}, {format_expr(b)}, {format_expr(c)})"
         case PtrAdd(ptr=p, offset=o):
             return f"({format_expr(p)} +p {format_expr(o)})"
+        case PtrDiff(ptr=p, base=b):
+            return f"({format_expr(p)} -p {format_expr(b)})"
         case Load(ptr=p, mask=None):
             return f"*{format_expr(p)}"
         case Load(ptr=p, mask=m, other=o):
@@ -374,6 +407,10 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
                 out.append(f"{pad}barrier()")
             case Comment(text=t):
                 out.append(f"{pad}# {t}")
+            case Intrinsic(name=n, args=a, results=r):
+                lhs = ", ".join(v.name for v in r)
+                out.append(f"{pad}{lhs}{' = ' if r else ''}{n}"
+                           f"({', '.join(format_expr(x) for x in a)})")
             case _:
                 raise TypeError(f"unknown statement {s!r}")
     return out

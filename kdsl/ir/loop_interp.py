@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
@@ -213,10 +214,20 @@ class _Program:
                     yield
                 case L.Comment():
                     pass
+                case L.Intrinsic(name=n, args=a, results=r):
+                    sim = INTRINSICS[n]
+                    vals = [self.ev(x, th) for x in a]
+                    # A warp intrinsic waits for its warp's other lanes (see `execute`).
+                    outs = (yield (s, vals)) if sim.warp else sim.fn(vals)
+                    for v, x in zip(r, outs):
+                        th.vars[v.name] = _typed(x, v.dtype)
                 case _:
                     raise TypeError(f"unknown statement {s!r}")
 
     def execute(self) -> None:
+        """Run the threads from one synchronisation point to the next: a `Barrier` releases
+        when every thread waits at one, a warp intrinsic when every lane of its warp waits at
+        that same statement (their arguments in, each lane's results out)."""
         k = self.kernel
         threads = []
         for t in range(k.threads):
@@ -224,21 +235,55 @@ class _Program:
             th.vars.update(self.params)
             th.regs = {a.name: _new_array(a) for a in k.arrays if a.space == "reg"}
             threads.append(self.run(k.body, th))
+        n = len(threads)
+        width = min(n, int(k.attrs.get("warp_size", WARP_SIZE)))
+        state: list[Any] = ["run"] * n   # "run" | "done" | None (barrier) | (stmt, args)
+        reply: list[Any] = [None] * n
         barriers = 0
         while True:
-            done = []
-            for g in threads:
-                try:
-                    next(g)
-                    done.append(False)
-                except StopIteration:
-                    done.append(True)
-            if all(done):
+            for i, g in enumerate(threads):
+                if state[i] == "run":
+                    try:
+                        state[i] = g.send(reply[i])
+                    except StopIteration:
+                        state[i] = "done"
+                    reply[i] = None
+            progressed = False
+            for w in range(0, n, width):
+                lanes = state[w:w + width]
+                if all(isinstance(x, tuple) and x[0] is lanes[0][0] for x in lanes):
+                    stmt = lanes[0][0]
+                    outs = INTRINSICS[stmt.name].fn([x[1] for x in lanes])
+                    for i, out in enumerate(outs, w):
+                        state[i], reply[i] = "run", out
+                    progressed = True
+            if progressed:
+                continue
+            if all(x == "done" for x in state):
                 return
-            if any(done):
+            if all(x is None for x in state):
+                state = ["run"] * n
+                barriers += 1
+                continue
+            if any(x == "done" for x in state) and not any(isinstance(x, tuple) for x in state):
                 raise RuntimeError(f"barrier {barriers} not reached by every thread of "
                                    f"program {self.pid}")
-            barriers += 1
+            raise RuntimeError(f"program {self.pid}: a warp intrinsic is not reached by every "
+                               f"lane of its warp (after barrier {barriers})")
+
+
+@dataclass(frozen=True)
+class IntrinsicSim:
+    """How the simulator runs an `Intrinsic`.  Per thread: `fn(args) -> results`.  With
+    `warp=True`: `fn([args of lane 0, ...]) -> [results of lane 0, ...]` for a whole warp."""
+
+    fn: Callable
+    warp: bool = False
+
+
+# Intrinsic name -> simulation; the passes that emit an intrinsic register it here.
+INTRINSICS: dict[str, IntrinsicSim] = {}
+WARP_SIZE = 32
 
 
 def _new_array(a: L.Array) -> np.ndarray:
@@ -297,6 +342,11 @@ def _ev_ptradd(p, e, th):
     return (buf, off + int(p.ev(e.offset, th)))
 
 
+def _ev_ptrdiff(p, e, th):
+    (buf, off), (_, base) = p.ev(e.ptr, th), p.ev(e.base, th)
+    return np.int64(off - base)
+
+
 def _ev_bitcast(p, e, th):
     x = p.ev(e.x, th)
     return np.array(x, dtype=_np(e.x.dtype)).view(_np(e.dtype))[()]
@@ -315,6 +365,7 @@ _EVAL: dict[type, Callable] = {
     L.Round: _ev_round,
     L.Fma: _ev_fma,
     L.PtrAdd: _ev_ptradd,
+    L.PtrDiff: _ev_ptrdiff,
     L.Load: _ev_load,
 }
 
@@ -337,4 +388,4 @@ def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list) -> None:
         _Program(kernel, tuple(reversed(pid)), grid, buffers, params).execute()
 
 
-__all__ = ["round_bf16", "run_kernel"]
+__all__ = ["INTRINSICS", "IntrinsicSim", "round_bf16", "run_kernel"]

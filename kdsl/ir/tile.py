@@ -24,6 +24,8 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
                                                float->f16/bf16 rounds to nearest even
   bitcast          (x)                      -> same bits, result elem of equal width
   addptr           (ptr, offset: int)       -> ptr + offset elements
+  ptr_offset       (ptr, base: ptr)         -> int64 element offset of ptr from base (same shape;
+                                               inserted by checked mode, kdsl/passes/checks.py)
   load             (ptr[, mask, other])     {volatile?} -> elements at ptr (other where mask false)
   store            (ptr, value[, mask])     -> no result
   atomic_add       (ptr, value[, mask])     -> old values
@@ -78,7 +80,8 @@ REDUCE_OPS = frozenset("sum max min argmax argmin".split())
 # Ops computed independently per element on operands and result of one shape.
 ELEMENTWISE = (
     BINARY_OPS | COMPARE_OPS | UNARY_OPS
-    | {"fma", "where", "cast", "bitcast", "addptr", "load", "store", "atomic_add", "hint"}
+    | {"fma", "where", "cast", "bitcast", "addptr", "ptr_offset", "load", "store", "atomic_add",
+       "hint"}
 )
 SIDE_EFFECTS = frozenset({"store", "atomic_add"})
 TERMINATORS = frozenset({"yield", "condition"})
@@ -314,6 +317,9 @@ def _verify_op(op: Op) -> None:
     elif k == "addptr":
         _check(ins[0].type.is_ptr and ins[0].shape == ins[1].shape == t.shape, op, "addptr shapes")
         _check(isinstance(ins[1].elem, DType) and ins[1].elem.is_int, op, "integer offset")
+    elif k == "ptr_offset":
+        _check(ins[0].type.is_ptr and ins[1].type == ins[0].type, op, "ptr_offset operands")
+        _check(t.shape == ins[0].shape and t.elem.name == "int64", op, "ptr_offset gives int64")
     elif k == "load":
         _check(ins[0].type.is_ptr and t == TileType(ins[0].shape, ins[0].elem.pointee), op, "load")
         if len(ins) > 1:

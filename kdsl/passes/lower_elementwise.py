@@ -19,7 +19,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kdsl.ir import tile
-from kdsl.ir.loop import Binary, Bitcast, Cast, Const, Expr, Fma, PtrAdd, Round, Select, Unary
+from kdsl.ir.loop import (
+    Binary,
+    Bitcast,
+    Cast,
+    Const,
+    Expr,
+    Fma,
+    PtrAdd,
+    PtrDiff,
+    Round,
+    Select,
+    Unary,
+)
 from kdsl.ir.types import (
     DType,
     PointerType,
@@ -185,6 +197,7 @@ ELEMENTWISE: dict[str, Builder] = {
     "cast": _cast,
     "bitcast": _bitcast,
     "addptr": lambda op, xs, e: PtrAdd(xs[0], xs[1]),
+    "ptr_offset": lambda op, xs, e: PtrDiff(xs[0], xs[1]),
     "hint": _identity,
     "splat": _identity,
     "reshape": _identity,

@@ -1,0 +1,714 @@
+"""Cross-backend comparison of a kernel against a float64 reference (`kd.testing.compare`).
+
+    report = kd.testing.compare(kernel, args, grid=grid, reference=ref, BLOCK=128)
+    report = kd.testing.compare("softmax", (x,))          # a library kernel by name
+    print(report); report.passed; report.bundle
+
+Two kinds of `fn`:
+
+- a library kernel (`kdsl.kernels.<name>`, by name or as the function): it is called as
+  `fn(*args, backend=b, **kwargs)` on each backend and its returned array(s) are compared with
+  `kdsl.kernels.reference.<name>(*args, **kwargs)`;
+- a `@kd.jit` kernel: it is launched as `fn[grid](*args, backend=b, **kwargs)` on fresh copies of
+  `args` per backend; its outputs are the arrays it stores to (found by the compiler), and
+  `reference(*args, **kwargs)` returns their expected values: one array (one output), a tuple (in
+  parameter order) or a dict (parameter name -> array).  Without a reference, the `interp`
+  backend's result is the reference (and the report says so).
+
+Each output on each backend gets max abs / rel error, the error in ULPs of the output dtype (with
+a histogram), NaN/Inf counts, pass/fail against `kdsl.testing.tolerance(dtype, k)` (`k` =
+`reduction_size`), and the worst elements.  For `@kd.jit` kernels (and library kernels that make
+one launch writing their result) the worst elements name the program that wrote them, or whose
+masked-off store lanes addressed them: the kernel is re-run on the interpreter with a store that
+records the writing program id of every element (`program_map`).
+
+On a mismatch a repro bundle is written (`write_bundle`): inputs.npz, meta.json, a copy of the
+kernel's source file, every IR stage and the generated source, and repro.sh / repro.py, whose
+run reproduces the comparison on the failing backend (exit 1 while it still fails).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .testing import _dtype_name, tolerance
+
+#: ULP histogram bins: [lo, hi) in ULPs of the output dtype
+ULP_BINS: tuple[tuple[float, float], ...] = (
+    (0, 1), (1, 2), (2, 4), (4, 16), (16, 256), (256, math.inf),
+)
+
+
+# ------------------------------------------------------------------------------ results
+
+@dataclass
+class Worst:
+    """One badly wrong element: its index, values, errors and the program that wrote it."""
+
+    index: tuple[int, ...]
+    got: float
+    expected: float
+    abs_err: float
+    ulps: float
+    program: tuple[int, ...] | None = None
+    how: str = ""  # "wrote", "masked off" (addressed under a false mask) or "" (unknown)
+
+    def where(self) -> str:
+        if self.program is None:
+            return ""
+        pid = ", ".join(str(p) for p in self.program)
+        return f"pid=({pid}) {self.how}" if self.how else f"pid=({pid})"
+
+
+@dataclass
+class Result:
+    """One output of one backend compared with the reference."""
+
+    backend: str
+    output: str
+    dtype: str = ""
+    size: int = 0
+    passed: bool = False
+    error: str | None = None  # the run raised: its message
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    max_ulp: float = 0.0
+    ulp_hist: dict[str, int] = field(default_factory=dict)
+    nan: tuple[int, int] = (0, 0)  # (NaNs in the output, NaNs in the reference)
+    inf: tuple[int, int] = (0, 0)
+    n_bad: int = 0
+    atol: float = 0.0
+    rtol: float = 0.0
+    worst: list[Worst] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        if self.error is not None:
+            return "ERROR"
+        return "ok" if self.passed else "FAIL"
+
+
+@dataclass
+class CompareReport:
+    """Per-backend results of `compare`; `str()` is a printable table."""
+
+    name: str
+    results: list[Result]
+    reference: str  # what the outputs were compared against
+    reduction_size: int = 1
+    bundle: Path | None = None
+    skipped: dict[str, str] = field(default_factory=dict)  # backend -> why
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if not r.passed]
+
+    def table(self, worst: bool = True) -> str:
+        head = (f"{'backend':<8} {'output':<10} {'dtype':<8} {'max abs':>9} {'max rel':>9} "
+                f"{'max ulp':>9} {'nan o/r':>8} {'bad':>7}  status")
+        lines = [f"{self.name}: reference {self.reference}, k={self.reduction_size}", head,
+                 "-" * len(head)]
+        for r in self.results:
+            if r.error is not None:
+                lines.append(f"{r.backend:<8} {r.output:<10} {r.dtype:<8} {'':>9} {'':>9} "
+                             f"{'':>9} {'':>8} {'':>7}  ERROR: {r.error.splitlines()[0][:80]}")
+                continue
+            lines.append(
+                f"{r.backend:<8} {r.output:<10} {r.dtype:<8} {r.max_abs:9.2e} {r.max_rel:9.2e} "
+                f"{_fmt_ulp(r.max_ulp):>9} {f'{r.nan[0]}/{r.nan[1]}':>8} {r.n_bad:>7}  "
+                f"{r.status} (tol {r.atol:.1e})")
+        for b, why in self.skipped.items():
+            lines.append(f"{b:<8} skipped: {why}")
+        if worst:
+            for r in self.failures():
+                if r.error is not None or not r.worst:
+                    continue
+                hist = " ".join(f"{k}:{v}" for k, v in r.ulp_hist.items() if v)
+                lines.append(f"  {r.backend}/{r.output}: {r.n_bad} of {r.size} elements bad; "
+                             f"ulp histogram {hist}")
+                for w in r.worst:
+                    lines.append(f"    at {w.index}: got {w.got:.7g} expected {w.expected:.7g}"
+                                 f" (err {w.abs_err:.2e}, {_fmt_ulp(w.ulps)} ulp) {w.where()}")
+        if self.bundle is not None:
+            lines.append(f"repro bundle: {self.bundle} (run: sh {self.bundle / 'repro.sh'})")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict[str, Any]:
+        def res(r: Result) -> dict[str, Any]:
+            d = {k: getattr(r, k) for k in ("backend", "output", "dtype", "size", "passed",
+                                              "error", "max_abs", "max_rel", "max_ulp",
+                                              "ulp_hist", "nan", "inf", "n_bad", "atol")}
+            d["worst"] = [{"index": w.index, "got": w.got, "expected": w.expected,
+                           "program": w.program, "how": w.how} for w in r.worst]
+            return _jsonable(d)
+        return {"name": self.name, "reference": self.reference, "passed": self.passed,
+                "results": [res(r) for r in self.results],
+                "bundle": str(self.bundle) if self.bundle else None}
+
+
+def _fmt_ulp(u: float) -> str:
+    if not math.isfinite(u):
+        return "inf"
+    return f"{u:.0f}" if u < 1e6 else f"{u:.1e}"
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        v = float(x)
+        return v if math.isfinite(v) else str(v)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+# ------------------------------------------------------------------------------ errors
+
+def _as_f64(a: Any, dtype: str) -> np.ndarray:
+    a = np.asarray(a)
+    if dtype == "bfloat16" and a.dtype == np.uint16:  # bf16 as its bits
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return a.astype(np.float64)
+
+
+def ulp_of(expected: np.ndarray, dtype: str) -> np.ndarray:
+    """One unit in the last place of `dtype` at each |expected| (1 for integers).  Near zero the
+    spacing is that of the smallest normal number: ULPs there measure noise, the absolute
+    tolerance governs pass/fail."""
+    e = np.abs(expected)
+    if dtype in ("float16", "float32", "float64"):
+        f = np.finfo(dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = np.maximum(np.nan_to_num(e, posinf=float(f.max)), float(f.tiny)).astype(dtype)
+        return np.spacing(v).astype(np.float64)
+    if dtype == "bfloat16":  # 8 significant bits, float32's exponent range
+        e = np.maximum(np.nan_to_num(e, posinf=3e38), 2.0**-126)
+        return np.exp2(np.floor(np.log2(e)) - 7)
+    return np.ones_like(e)
+
+
+def measure(backend: str, output: str, got: Any, expected: Any, dtype: str, k: int,
+            n_worst: int = 5) -> tuple[Result, np.ndarray]:
+    """Compare one output with its reference: (Result, per-element badness) where badness is the
+    error over the allowed error (>1 fails; inf for NaN / Inf mismatches)."""
+    a = _as_f64(got, dtype)
+    e = np.asarray(expected, dtype=np.float64)
+    r = Result(backend, output, dtype, int(a.size))
+    if a.shape != e.shape:
+        if a.size == e.size:
+            a = a.reshape(e.shape)
+        else:
+            r.error = f"shape {a.shape} != reference shape {e.shape}"
+            return r, np.zeros(0)
+    tol = tolerance(dtype, k)
+    r.atol, r.rtol = tol.atol, tol.rtol
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    r.nan = (int(nan_a.sum()), int(nan_e.sum()))
+    r.inf = (int(np.isinf(a).sum()), int(np.isinf(e).sum()))
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(a - e)
+        same = (a == e) | (nan_a & nan_e)  # equal infinities and matching NaNs are exact
+        err = np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
+        allowed = tol.atol + tol.rtol * np.abs(np.nan_to_num(e))
+        badness = np.where(err == 0, 0.0, err / allowed if tol.atol else np.where(err, np.inf, 0))
+        rel = err / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+        ulps = err / ulp_of(e, dtype)
+    finite = np.isfinite(err)
+    r.max_abs = float(err.max()) if err.size else 0.0
+    r.max_rel = float(np.where(same, 0.0, rel).max()) if err.size else 0.0
+    r.max_ulp = float(ulps.max()) if err.size else 0.0
+    r.ulp_hist = {}
+    for lo, hi in ULP_BINS:
+        label = f">={lo:g}" if hi == math.inf else f"{lo:g}-{hi:g}"
+        r.ulp_hist[label] = int(((ulps >= lo) & (ulps < hi)).sum() + (~finite & (hi == math.inf)).sum())
+    bad = badness > 1
+    r.n_bad = int(bad.sum())
+    r.passed = r.n_bad == 0
+    if r.n_bad:
+        flat = np.argsort(-badness, axis=None, kind="stable")[:min(n_worst, r.n_bad)]
+        for f in flat:
+            i = np.unravel_index(int(f), e.shape)
+            r.worst.append(Worst(tuple(int(x) for x in i), float(a[i]), float(e[i]),
+                                 float(err[i]), float(ulps[i])))
+    return r, badness
+
+
+# ------------------------------------------------------------------------------ launches
+
+@dataclass
+class Launch:
+    """One `kernel[grid](...)` call seen by `record_launches`."""
+
+    jit: Any
+    grid: Any
+    args: tuple
+    kwargs: dict
+    backend: str | None
+    num_warps: int | None
+
+
+@contextlib.contextmanager
+def record_launches(dry: bool = False) -> Iterator[list[Launch]]:
+    """Record every @kd.jit launch made inside the block (a library function's kernels).  With
+    `dry`, launches are compiled, never run (code generation for a backend with no device)."""
+    from kdsl.runtime.jit import JITFunction
+
+    orig = JITFunction._run
+    launches: list[Launch] = []
+
+    def _run(self, grid, args, kwargs, backend, num_warps, check):
+        launches.append(Launch(self, grid, tuple(args), dict(kwargs), backend, num_warps))
+        if dry:
+            return self.compile(*args, backend=backend, num_warps=num_warps, check=check,
+                                **kwargs)
+        return orig(self, grid, args, kwargs, backend, num_warps, check)
+
+    JITFunction._run = _run
+    try:
+        yield launches
+    finally:
+        JITFunction._run = orig
+
+
+def _grid_tuple(kernel: Any, grid: Any, args: Sequence, kwargs: dict) -> tuple[int, ...]:
+    if callable(grid):
+        sig = kernel.signature
+        values = sig.bind(tuple(args), dict(kwargs))
+        grid = grid(dict(zip(sig.names, values)))
+    if isinstance(grid, int):
+        grid = (grid,)
+    return tuple(int(g) for g in grid)
+
+
+def program_map(kernel: Any, grid: Any, args: Sequence, kwargs: dict,
+                num_warps: int | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, tuple]]:
+    """Which program wrote each element of each array the kernel stores to: parameter name ->
+    (writer, masked, grid) where `writer[i]` is the linear id of the last program that stored
+    element i (-1: none) and `masked[i]` the last program whose store addressed i with a false
+    mask.  Runs the kernel once on the interpreter, on copies of `args`."""
+    from kdsl.ir import interp
+    from kdsl.passes.lower_analysis import stored_params
+
+    grid3 = (_grid_tuple(kernel, grid, args, kwargs) + (1, 1, 1))[:3]
+    args = tuple(_copy(a) for a in args)
+    ck = kernel.compile(*args, backend="interp", num_warps=num_warps, **kwargs)
+    fn = ck.kernel
+    sig = kernel.signature
+    values = sig.bind(args, dict(kwargs))
+    runtime = [v for v, c in zip(values, sig.is_constexpr) if not c]
+    params = fn.runtime_params
+    buffers, vals = [], []
+    for i, (p, a) in enumerate(zip(params, runtime)):
+        if p.type.is_ptr:
+            buffers.append(interp._buffer(np.ascontiguousarray(a)))
+            vals.append(interp.Ptr(i, np.asarray(0, dtype=np.int64)))
+        else:
+            buffers.append(None)
+            vals.append(interp.scalar_value(a, p.type.elem))
+    stored = sorted(stored_params(fn))
+    writer = {i: np.full(buffers[i].shape[0], -1, np.int64) for i in stored}
+    masked = {i: np.full(buffers[i].shape[0], -1, np.int64) for i in stored}
+
+    class Recorder(interp._Machine):
+        def _record(self, ins: list, mask_at: int) -> None:
+            ptr = ins[0]
+            if ptr.buf not in writer:
+                return
+            lin = self.pid[0] + grid3[0] * (self.pid[1] + grid3[1] * self.pid[2])
+            off = np.asarray(ptr.off).ravel()
+            n = writer[ptr.buf].shape[0]
+            if len(ins) > mask_at:
+                sel = np.broadcast_to(np.asarray(ins[mask_at], bool),
+                                      np.shape(ptr.off)).ravel()
+                off_m = off[~sel]
+                masked[ptr.buf][off_m[(off_m >= 0) & (off_m < n)]] = lin
+                off = off[sel]
+            writer[ptr.buf][off[(off >= 0) & (off < n)]] = lin
+
+        def store(self, op, ins):
+            super().store(op, ins)
+            self._record(ins, 2)
+
+        def atomic_add(self, op, ins):
+            out = super().atomic_add(op, ins)
+            self._record(ins, 2)
+            return out
+
+    m = Recorder(fn, grid3, buffers)
+    with np.errstate(all="ignore"):
+        for z in range(grid3[2]):
+            for y in range(grid3[1]):
+                for x in range(grid3[0]):
+                    m.pid = (x, y, z)
+                    m.env = {}
+                    m.run_block(fn.body, vals)
+    return {params[i].name: (writer[i], masked[i], grid3) for i in stored}
+
+
+def _pid_tuple(lin: int, grid3: tuple) -> tuple[int, ...]:
+    x = lin % grid3[0]
+    y = (lin // grid3[0]) % grid3[1]
+    z = lin // (grid3[0] * grid3[1])
+    dims = 3 if grid3[2] > 1 else 2 if grid3[1] > 1 else 1
+    return (x, y, z)[:dims]
+
+
+def _locate(result: Result, pmap: tuple[np.ndarray, np.ndarray, tuple], shape: tuple) -> None:
+    writer, masked, grid3 = pmap
+    for w in result.worst:
+        flat = int(np.ravel_multi_index(w.index, shape)) if shape else 0
+        if flat < writer.shape[0] and writer[flat] >= 0:
+            w.program, w.how = _pid_tuple(int(writer[flat]), grid3), "wrote it"
+        elif flat < masked.shape[0] and masked[flat] >= 0:
+            w.program, w.how = _pid_tuple(int(masked[flat]), grid3), "masked it off"
+        else:
+            w.how = "no program addressed it"
+
+
+# ------------------------------------------------------------------------------ compare
+
+def _copy(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    if hasattr(a, "copy") and hasattr(a, "shape") and not np.isscalar(a):
+        return a.copy()
+    return a
+
+
+def _host(a: Any) -> np.ndarray:
+    if hasattr(a, "get") and not isinstance(a, np.ndarray):
+        return np.asarray(a.get())
+    return np.asarray(a)
+
+
+def _is_jit(fn: Any) -> bool:
+    return hasattr(fn, "signature") and hasattr(fn, "compile") and hasattr(fn, "fn")
+
+
+def library_function(name: str) -> tuple[Callable, Callable]:
+    """(kernel, reference) of library kernel `name` from `kdsl.kernels`."""
+    import kdsl.kernels as K
+    fn = getattr(K, name, None)
+    if fn is None or not callable(fn):
+        raise ValueError(f"kdsl.kernels has no kernel {name!r}")
+    from kdsl.kernels import reference as R
+    ref = getattr(R, name, None)
+    if ref is None:
+        raise ValueError(f"kdsl.kernels.reference has no reference {name!r}")
+    return fn, ref
+
+
+def _default_backends() -> list[str]:
+    from kdsl.runtime.registry import available_backends
+    return available_backends()
+
+
+def _outputs_of(value: Any, names: Sequence[str]) -> dict[str, Any]:
+    """A reference's or library function's return value as {output name: array}."""
+    if isinstance(value, dict):
+        return {str(k): v for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return dict(zip(names, value)) if len(names) == len(value) else \
+            {f"out{i}": v for i, v in enumerate(value)}
+    return {names[0] if names else "out": value}
+
+
+def compare(fn: Any, args: Sequence, backends: Sequence[str] | None = None,
+            reference: Callable | None = None, *, grid: Any = None, reduction_size: int = 1,
+            num_warps: int | None = None, bundle_dir: str | os.PathLike | None = None,
+            bundle: bool = True, repro_command: str | None = None, n_worst: int = 5,
+            **kwargs: Any) -> CompareReport:
+    """Run `fn` on every backend in `backends` (default: every available one, interp included)
+    and compare each output with the float64 reference; see the module docstring for the
+    argument conventions.  On a mismatch (and with `bundle`), writes a repro bundle under
+    `bundle_dir` (default `$KDSL_REPRO_DIR` or `./kdsl-repro`)."""
+    backends = list(backends) if backends else _default_backends()
+    args = tuple(args)
+    if isinstance(fn, str):
+        fn, ref = library_function(fn)
+        reference = reference or ref
+    jit = _is_jit(fn)
+    name = getattr(fn, "__name__", str(fn))
+    if jit and grid is None:
+        raise TypeError(f"compare({name}): a @kd.jit kernel needs grid=")
+    if not jit and reference is None:
+        import kdsl.kernels.reference as R
+        reference = getattr(R, name, None)
+        if reference is None:
+            raise ValueError(f"compare({name}): no reference given and none in "
+                             "kdsl.kernels.reference")
+
+    out_names: list[str] = []
+    if jit:
+        from kdsl.passes.lower_analysis import stored_params
+        ck = fn.compile(*args, backend="interp", num_warps=num_warps, **kwargs)
+        rt = ck.kernel.runtime_params
+        out_names = [rt[i].name for i in sorted(stored_params(ck.kernel))]
+
+    def run(backend: str) -> tuple[dict[str, Any], list[Launch]]:
+        cargs = tuple(_copy(a) for a in args)
+        with record_launches() as launches:
+            if jit:
+                fn[grid](*cargs, backend=backend, num_warps=num_warps, **kwargs)
+                sig = fn.signature
+                values = dict(zip(sig.names, sig.bind(cargs, dict(kwargs))))
+                return {n: values[n] for n in out_names}, launches
+            return _outputs_of(fn(*cargs, backend=backend, **kwargs), out_names), launches
+
+    skipped: dict[str, str] = {}
+    if reference is not None:
+        ref_kind = f"{getattr(reference, '__module__', '')}.{getattr(reference, '__name__', '')}"
+        with np.errstate(all="ignore"):
+            # a jit kernel's kwargs are its constexprs: the reference takes the arrays only
+            rkw = {} if jit else kwargs
+            expected = _outputs_of(reference(*(_copy(a) for a in args), **rkw),
+                                   out_names or ["out"])
+        if not out_names:
+            out_names = list(expected)
+        expected = {k: np.asarray(_host(v), np.float64) for k, v in expected.items()}
+    else:
+        ref_kind = "the interp backend (no float64 reference given)"
+        outs, _ = run("interp")
+        expected = {k: _as_f64(_host(v), _out_dtype(v)) for k, v in outs.items()}
+        backends = [b for b in backends if b != "interp"]
+
+    from kdsl.runtime.registry import backend_status
+    results: list[Result] = []
+    failing: dict[str, tuple[dict[str, Any], list[Launch]]] = {}
+    for b in backends:
+        try:
+            ok, why = backend_status(b)
+        except ValueError as e:
+            ok, why = False, str(e)
+        if not ok:
+            skipped[b] = why
+            continue
+        t0 = time.perf_counter()
+        try:
+            outs, launches = run(b)
+        except Exception as e:  # a crash is a result, not the end of the comparison
+            results.append(Result(b, "*", error=f"{type(e).__name__}: {e}"))
+            failing[b] = ({}, [])
+            continue
+        dt = time.perf_counter() - t0
+        for oname, exp in expected.items():
+            got = outs.get(oname)
+            if got is None:
+                results.append(Result(b, oname, error="output missing"))
+                continue
+            r, _ = measure(b, oname, _host(got), exp, _out_dtype(got), reduction_size,
+                           n_worst)
+            r.seconds = dt
+            results.append(r)
+            if not r.passed:
+                failing[b] = (outs, launches)
+
+    report = CompareReport(name, results, ref_kind, reduction_size, skipped=skipped)
+    if failing:
+        _localise(report, fn, jit, args, kwargs, grid, num_warps)
+        if bundle:
+            b = next(iter(failing))
+            report.bundle = write_bundle(report, fn, jit, args, kwargs, grid, b, expected,
+                                         failing[b][1], num_warps, bundle_dir, repro_command)
+    return report
+
+
+def _out_dtype(a: Any) -> str:
+    dt = getattr(a, "dtype", None)
+    return _dtype_name(dt) if dt is not None else "float64"
+
+
+def _localise(report: CompareReport, fn: Any, jit: bool, args: tuple, kwargs: dict,
+              grid: Any, num_warps: int | None) -> None:
+    """Name the programs behind the worst elements (best effort: never fails the report)."""
+    try:
+        if jit:
+            pmaps = program_map(fn, grid, args, kwargs, num_warps)
+            shapes = {n: v.shape for n, v in zip(fn.signature.names,
+                                                 fn.signature.bind(args, dict(kwargs)))
+                      if hasattr(v, "shape")}
+        else:  # a library kernel: the one launch whose stored array is the returned output
+            cargs = tuple(_copy(a) for a in args)
+            with record_launches() as launches:
+                out = fn(*cargs, backend="interp", **kwargs)
+            outs = _outputs_of(out, [r.output for r in report.results][:1])
+            pmaps, shapes = {}, {}
+            for oname, arr in outs.items():
+                for ln in launches:
+                    names = ln.jit.signature.names
+                    vals = ln.jit.signature.bind(ln.args, ln.kwargs)
+                    for n, v in zip(names, vals):
+                        if isinstance(v, np.ndarray) and isinstance(arr, np.ndarray) \
+                                and np.shares_memory(v, arr):
+                            pm = program_map(ln.jit, ln.grid, ln.args, ln.kwargs, ln.num_warps)
+                            if n in pm:
+                                pmaps[oname], shapes[oname] = pm[n], arr.shape
+        for r in report.failures():
+            if r.output in pmaps and r.worst:
+                _locate(r, pmaps[r.output], shapes.get(r.output, ()))
+    except Exception:  # localisation is a diagnostic; the comparison stands without it
+        pass
+
+
+# ------------------------------------------------------------------------------ bundles
+
+def _safe(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", s)
+
+
+_SOURCE_EXT = {"llvm": "ll", "opencl": "cl", "cuda": "cu", "interp": "tile"}
+
+
+def write_bundle(report: CompareReport, fn: Any, jit: bool, args: tuple, kwargs: dict,
+                 grid: Any, backend: str, expected: dict[str, np.ndarray],
+                 launches: list[Launch], num_warps: int | None,
+                 bundle_dir: str | os.PathLike | None, repro_command: str | None) -> Path:
+    """Write the repro bundle of a failed comparison on `backend`; returns its folder."""
+    root = Path(bundle_dir or os.environ.get("KDSL_REPRO_DIR") or "kdsl-repro")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = root / f"{_safe(report.name)}-{backend}-{stamp}"
+    n = 1
+    while out.exists():
+        n += 1
+        out = root / f"{_safe(report.name)}-{backend}-{stamp}-{n}"
+    (out / "ir").mkdir(parents=True)
+
+    arrays = {f"arg{i}": np.asarray(a) for i, a in enumerate(args)}
+    arrays.update({f"expected_{k}": v for k, v in expected.items()})
+    np.savez(out / "inputs.npz", **arrays)
+
+    src_file = inspect.getsourcefile(getattr(fn, "fn", fn))
+    if src_file and Path(src_file).is_file():
+        shutil.copy(src_file, out / "kernel_source.py")
+
+    # every IR stage and the generated source of each kernel the failing run launched
+    kernels = [(fn, args, kwargs)] if jit else [(ln.jit, ln.args, ln.kwargs) for ln in launches]
+    seen = set()
+    for j, (kern, kargs, kkw) in enumerate(kernels):
+        try:
+            ck = kern.compile(*kargs, backend=backend, num_warps=num_warps, **kkw)
+        except Exception as e:
+            (out / "ir" / f"{j}_compile_error.txt").write_text(f"{type(e).__name__}: {e}\n")
+            continue
+        if id(ck) in seen:
+            continue
+        seen.add(id(ck))
+        prefix = f"{j}_{_safe(kern.__name__)}" if len(kernels) > 1 else _safe(kern.__name__)
+        for s, (stage, text) in enumerate(ck.ir.items()):
+            (out / "ir" / f"{prefix}.{s:02d}.{_safe(stage)}.txt").write_text(text)
+        ext = _SOURCE_EXT.get(backend, "txt")
+        (out / f"{prefix}.{ext}").write_text(ck.source)
+
+    meta = {
+        "kind": "jit" if jit else "library",
+        "name": report.name,
+        "module_file": str(Path(src_file).resolve()) if src_file else None,
+        "backend": backend,
+        "kwargs": {k: _meta_value(v) for k, v in kwargs.items()},
+        "grid": list(_grid_tuple(fn, grid, args, kwargs)) if jit else None,
+        "n_args": len(args),
+        "outputs": list(expected),
+        "reduction_size": report.reduction_size,
+        "num_warps": num_warps,
+        "command": repro_command,
+        "report": report.to_dict(),
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    (out / "repro.py").write_text(
+        '"""Reproduces a failed kdsl comparison: exit 1 while the backend still disagrees."""\n'
+        "import sys\nfrom pathlib import Path\n\nfrom kdsl.compare import run_bundle\n\n"
+        "sys.exit(run_bundle(Path(__file__).resolve().parent))\n")
+    lines = ["#!/bin/sh", "# Reproduces the mismatch; exits 1 while it persists.",
+             'cd "$(dirname "$0")" || exit 2']
+    if repro_command:
+        lines.append(f"# the original command: {repro_command}")
+    lines.append(f'exec "{sys.executable}" repro.py "$@"')
+    (out / "repro.sh").write_text("\n".join(lines) + "\n")
+    (out / "repro.sh").chmod(0o755)
+    (out / "report.txt").write_text(report.table() + "\n")
+    return out
+
+
+def _meta_value(v: Any) -> Any:
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if hasattr(v, "kind") and hasattr(v, "bits"):
+        return {"dtype": v.name}
+    return {"repr": repr(v)}
+
+
+def _meta_decode(v: Any) -> Any:
+    if isinstance(v, dict) and "dtype" in v:
+        from kdsl.ir import types as T
+        return T.BY_NAME[v["dtype"]]
+    if isinstance(v, dict):
+        raise ValueError(f"cannot rebuild keyword argument {v['repr']}")
+    return v
+
+
+def load_module(path: str | os.PathLike, name: str | None = None) -> Any:
+    """Import a Python file as a module (its folder goes on sys.path for its own imports)."""
+    file = Path(path)
+    spec = importlib.util.spec_from_file_location(name or file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.parent.resolve()))
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_bundle(folder: str | os.PathLike, backends: Sequence[str] | None = None) -> int:
+    """Re-run the comparison a bundle recorded; prints the report, returns 1 on a mismatch."""
+    folder = Path(folder)
+    meta = json.loads((folder / "meta.json").read_text())
+    data = np.load(folder / "inputs.npz")
+    args = tuple(data[f"arg{i}"][()] if data[f"arg{i}"].ndim == 0 else data[f"arg{i}"]
+                 for i in range(meta["n_args"]))
+    expected = {k: data[f"expected_{k}"] for k in meta["outputs"]}
+    kwargs = {k: _meta_decode(v) for k, v in meta["kwargs"].items()}
+    backends = list(backends or [meta["backend"]])
+
+    def reference(*_a, **_k):
+        return dict(expected)
+
+    reference.__module__, reference.__name__ = "bundle", "inputs.npz"
+
+    if meta["kind"] == "jit":
+        file = meta["module_file"]
+        if not file or not Path(file).is_file():
+            file = folder / "kernel_source.py"
+        kernel = getattr(load_module(file, f"kdsl_repro_{_safe(meta['name'])}"), meta["name"])
+        report = compare(kernel, args, backends, reference, grid=tuple(meta["grid"]),
+                         reduction_size=meta["reduction_size"], num_warps=meta["num_warps"],
+                         bundle=False, **kwargs)
+    else:
+        fn, _ = library_function(meta["name"])
+        report = compare(fn, args, backends, reference, reduction_size=meta["reduction_size"],
+                         bundle=False, **kwargs)
+    print(report.table())
+    return 0 if report.passed else 1

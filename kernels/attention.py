@@ -1,0 +1,219 @@
+"""Attention forward: `attention(q, k, v, causal, scale)` (flash attention) and
+`decode_attention(q, k_cache, v_cache, block_table, seq_lens, scale)` (paged KV cache).
+
+attention: q [batch, heads, seq_q, dim], k and v [batch, kv_heads, seq_k, dim] with
+heads % kv_heads == 0 (grouped-query: query head h reads kv head h // (heads // kv_heads)).
+One program per (BLOCK_M queries, batch * head).  It walks the keys in BLOCK_N tiles keeping
+a running row maximum m, a running sum l and an unnormalised float32 output tile rescaled by
+exp(m_old - m_new) (online softmax): the seq_q x seq_k score matrix never exists.  Causal
+masking is aligned to the end, as in inference with a prefix already cached: query i sees keys
+j <= i + (seq_k - seq_q); causal needs seq_q <= seq_k so that every query sees a key.  The key
+loop stops at the last key the block's last query sees, so fully masked key tiles are never
+loaded.  dim need not be a power of two (the tile is padded and masked).
+
+decode_attention: one query token per sequence, q [batch, heads, dim]; caches
+[num_blocks, block_size, kv_heads, dim] (vLLM layout); block_table [batch, max_blocks] int32
+maps a sequence's logical block i to a cache block; seq_lens [batch] int32.  One program per
+(sequence, head) loops over the sequence's blocks through the table, one cache block (a tile
+of block_size tokens) per step, with the same online softmax.  A sequence of length 0 gives a
+zero output.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+import kdsl as kd
+
+from . import configs
+from ._validate import (FLOATS, as_arg, empty, next_pow2, resolve_backend, result, same_dtype,
+                        to_host)
+
+
+@kd.jit
+def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, seq_k, dim,
+                           scale, CAUSAL: kd.constexpr, BLOCK_M: kd.constexpr,
+                           BLOCK_N: kd.constexpr, BLOCK_D: kd.constexpr):
+    start_m = kd.program_id(0)
+    bh = kd.program_id(1)
+    batch = bh // heads
+    head = bh % heads
+    kv_head = head // (heads // kv_heads)
+    q_ptr += bh * seq_q * dim
+    o_ptr += bh * seq_q * dim
+    k_ptr += (batch * kv_heads + kv_head) * seq_k * dim
+    v_ptr += (batch * kv_heads + kv_head) * seq_k * dim
+    offs_m = start_m * BLOCK_M + kd.arange(0, BLOCK_M)
+    offs_d = kd.arange(0, BLOCK_D)
+    d_mask = offs_d[None, :] < dim
+    q_mask = (offs_m[:, None] < seq_q) & d_mask
+    q = kd.load(q_ptr + offs_m[:, None] * dim + offs_d[None, :], mask=q_mask, other=0.0)
+    m_i = kd.full((BLOCK_M,), -float("inf"), kd.float32)
+    l_i = kd.zeros((BLOCK_M,), kd.float32)
+    acc = kd.zeros((BLOCK_M, BLOCK_D), kd.float32)
+    shift = seq_k - seq_q  # causal: query i sees keys j <= i + shift
+    hi = seq_k
+    if CAUSAL:
+        hi = kd.minimum(seq_k, (start_m + 1) * BLOCK_M + shift)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + kd.arange(0, BLOCK_N)
+        kv_mask = (offs_n[:, None] < seq_k) & d_mask
+        k = kd.load(k_ptr + offs_n[:, None] * dim + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = kd.load(v_ptr + offs_n[:, None] * dim + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = kd.dot(q, kd.trans(k)) * scale
+        keep = offs_n[None, :] < seq_k
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None] + shift)
+        s = kd.where(keep, s, -float("inf"))
+        m_new = kd.maximum(m_i, kd.max(s, axis=1))
+        p = kd.exp(s - m_new[:, None])
+        alpha = kd.exp(m_i - m_new)
+        l_i = l_i * alpha + kd.sum(p, axis=1)
+        acc = acc * alpha[:, None] + kd.dot(p.to(v.dtype), v)
+        m_i = m_new
+    kd.store(o_ptr + offs_m[:, None] * dim + offs_d[None, :], acc / l_i[:, None], mask=q_mask)
+
+
+@kd.jit
+def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, kv_heads, dim,
+                        max_blocks, scale, BLOCK_SIZE, BLOCK_T: kd.constexpr,
+                        BLOCK_D: kd.constexpr):
+    seq = kd.program_id(0)
+    head = kd.program_id(1)
+    kv_head = head // (heads // kv_heads)
+    offs_d = kd.arange(0, BLOCK_D)
+    offs_t = kd.arange(0, BLOCK_T)
+    d_mask = offs_d < dim
+    q = kd.load(q_ptr + (seq * heads + head) * dim + offs_d, mask=d_mask, other=0.0)
+    q = q.to(kd.float32) * scale
+    seq_len = kd.load(lens_ptr + seq)
+    m_i = -float("inf")
+    l_i = 0.0
+    acc = kd.zeros((BLOCK_D,), kd.float32)
+    row_stride = kv_heads * dim  # elements between consecutive tokens of a cache block
+    for blk in range(0, kd.cdiv(seq_len, BLOCK_SIZE)):
+        phys = kd.load(table_ptr + seq * max_blocks + blk)
+        tok = blk * BLOCK_SIZE + offs_t
+        t_mask = (offs_t < BLOCK_SIZE) & (tok < seq_len)
+        offs = (phys * BLOCK_SIZE + offs_t)[:, None] * row_stride + kv_head * dim + offs_d[None, :]
+        mask = t_mask[:, None] & d_mask[None, :]
+        k = kd.load(k_ptr + offs, mask=mask, other=0.0).to(kd.float32)
+        v = kd.load(v_ptr + offs, mask=mask, other=0.0).to(kd.float32)
+        s = kd.where(t_mask, kd.sum(k * q[None, :], axis=1), -float("inf"))
+        m_new = kd.maximum(m_i, kd.max(s, axis=0))
+        p = kd.exp(s - m_new)
+        alpha = kd.exp(m_i - m_new)
+        l_i = l_i * alpha + kd.sum(p, axis=0)
+        acc = acc * alpha + kd.sum(p[:, None] * v, axis=0)
+        m_i = m_new
+    out = kd.where(l_i > 0.0, acc / kd.maximum(l_i, 1e-30), 0.0)
+    kd.store(o_ptr + (seq * heads + head) * dim + offs_d, out, mask=d_mask)
+
+
+def _scale(scale: Any, dim: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(dim) if dim else 1.0
+    try:
+        s = float(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}") from None
+    if not math.isfinite(s):
+        raise ValueError(f"scale: expected a finite float, got {s}")
+    return s
+
+
+def _gqa(heads: int, kv_heads: int, what: str) -> None:
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"{what}: {kv_heads} kv heads do not divide {heads} query heads "
+                         f"(grouped-query attention needs heads % kv_heads == 0)")
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None = None,
+              backend: str | None = None) -> Any:
+    """softmax(q k^T * scale [+ causal mask]) v on [batch, heads, seq, dim] arrays."""
+    q_ = as_arg("q", q, FLOATS, ndim=4)
+    k_ = as_arg("k", k, FLOATS, ndim=4)
+    v_ = as_arg("v", v, FLOATS, ndim=4)
+    same_dtype(q_, k_, v_)
+    B, H, Sq, D = q_.shape
+    if k_.shape[0] != B or k_.shape[3] != D:
+        raise ValueError(f"k: expected shape ({B}, kv_heads, seq_k, {D}) to match q "
+                         f"{q_.shape}, got {k_.shape}")
+    if v_.shape != k_.shape:
+        raise ValueError(f"v: expected k's shape {k_.shape}, got {v_.shape}")
+    KVH, Sk = k_.shape[1], k_.shape[2]
+    _gqa(H, KVH, "k")
+    if causal and Sq > Sk:
+        raise ValueError(f"causal: seq_q {Sq} > seq_k {Sk} leaves the first queries with no "
+                         f"visible key (causal masking is aligned to the end)")
+    s = _scale(scale, D)
+    be = resolve_backend(backend, q_, k_, v_)
+    out = empty(q_, q_.shape, q_.dtype)
+    if B * H * Sq * D == 0:
+        return result(out)
+    if Sk == 0:
+        raise ValueError("k: seq_k is 0: softmax over no keys is undefined")
+    meta = configs.pick(configs.ATTENTION, be, Sq)
+    grid = (kd.cdiv(Sq, meta["BLOCK_M"]), B * H)
+    flash_attention_kernel[grid](q_.kernel_arg, k_.kernel_arg, v_.kernel_arg, out.kernel_arg,
+                                 H, KVH, Sq, Sk, D, s, CAUSAL=bool(causal),
+                                 BLOCK_D=max(16, next_pow2(D)), backend=be, **meta)
+    return result(out)
+
+
+def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any,
+                     scale: float | None = None, backend: str | None = None) -> Any:
+    """One decode step of attention over a paged KV cache (see the module docstring)."""
+    q_ = as_arg("q", q, FLOATS, ndim=3)
+    kc = as_arg("k_cache", k_cache, FLOATS, ndim=4)
+    vc = as_arg("v_cache", v_cache, FLOATS, ndim=4)
+    same_dtype(q_, kc, vc)
+    table = as_arg("block_table", block_table, ("int32",), ndim=2)
+    lens = as_arg("seq_lens", seq_lens, ("int32",), ndim=1)
+    B, H, D = q_.shape
+    NB, BS, KVH, Dk = kc.shape
+    if Dk != D:
+        raise ValueError(f"k_cache: head dim {Dk} differs from q's {D}")
+    if vc.shape != kc.shape:
+        raise ValueError(f"v_cache: expected k_cache's shape {kc.shape}, got {vc.shape}")
+    _gqa(H, KVH, "k_cache")
+    if table.shape[0] != B:
+        raise ValueError(f"block_table: expected {B} rows (q's batch), got shape {table.shape}")
+    if lens.shape != (B,):
+        raise ValueError(f"seq_lens: expected shape ({B},), got {lens.shape}")
+    max_blocks = table.shape[1]
+    _check_pages(to_host(table), to_host(lens), NB, BS, max_blocks)
+    s = _scale(scale, D)
+    be = resolve_backend(backend, q_, kc, vc, table, lens)
+    out = empty(q_, q_.shape, q_.dtype)
+    if B * H * D == 0:
+        return result(out)
+    meta = configs.pick(configs.DECODE, be, D)
+    paged_decode_kernel[(B, H)](q_.kernel_arg, kc.kernel_arg, vc.kernel_arg, table.data,
+                                lens.data, out.kernel_arg, H, KVH, D, max(1, max_blocks), s, BS,
+                                BLOCK_T=next_pow2(BS), BLOCK_D=max(16, next_pow2(D)),
+                                backend=be, **meta)
+    return result(out)
+
+
+def _check_pages(table: np.ndarray, lens: np.ndarray, num_blocks: int, block_size: int,
+                 max_blocks: int) -> None:
+    """Every block a sequence uses is in the cache; every length fits its table row."""
+    if (lens < 0).any():
+        b = int(np.argmax(lens < 0))
+        raise ValueError(f"seq_lens: sequence {b} has negative length {int(lens[b])}")
+    cap = max_blocks * block_size
+    if (lens > cap).any():
+        b = int(np.argmax(lens > cap))
+        raise ValueError(f"seq_lens: sequence {b} has length {int(lens[b])} > max_blocks * "
+                         f"block_size = {max_blocks} * {block_size}")
+    used = np.arange(max_blocks)[None, :] < -(-lens.astype(np.int64)[:, None] // block_size)
+    bad = used & ((table < 0) | (table >= num_blocks))
+    if bad.any():
+        b, i = (int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(f"block_table: entry [{b}, {i}] = {int(table[b, i])} is outside the "
+                         f"cache's {num_blocks} blocks (sequence {b} uses "
+                         f"{-(-int(lens[b]) // block_size)} blocks)")

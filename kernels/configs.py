@@ -1,0 +1,98 @@
+"""Tuning tables of the kernel library: which tile sizes and warps each kernel launches with,
+per backend and problem size.
+
+One table per kernel family, keyed by backend; each row holds a size bound and the meta-
+parameters used up to it (first matching row wins).  `pick(table, backend, size)` reads one.
+These are sane starting points, not tuned figures; an autotuner can later take the rows of a
+backend as its candidate `kd.Config`s (`candidates`).
+
+Rationale for the defaults:
+- CPU backends (llvm, interp) run one program per thread; tiles become loops that LLVM
+  vectorises, so a row kernel holds a whole row (<= 8192) and matmul blocks are 64x64x32,
+  which keeps the three tiles (16 KiB + 8 KiB + 8 KiB in fp32) in L1/L2.
+- interp runs tiles through NumPy, where the cost is per op, not per element: it uses the
+  same tiles as llvm (tests keep its shapes tiny).
+- GPU backends (cuda, opencl) spread a tile over num_warps * 32 threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Row = tuple[int, dict[str, Any]]
+INF = 1 << 62
+
+# Largest row held in one tile by the fused softmax / norms; longer rows loop (online softmax).
+FUSED_ROW_MAX = 8192
+
+ROW: dict[str, list[Row]] = {
+    # size = row length (already a power of two: the tile)
+    "default": [(1024, {"num_warps": 4}), (INF, {"num_warps": 8})],
+    "llvm": [(INF, {"num_warps": 1})],
+    "interp": [(INF, {"num_warps": 1})],
+}
+# Tile of the looping row kernels (online softmax, long-row norms).
+ROW_LOOP_BLOCK: dict[str, int] = {"default": 2048, "llvm": 2048, "interp": 1024}
+
+MATMUL: dict[str, list[Row]] = {
+    # size = M * N of the output
+    "default": [
+        (64 * 64, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4}),
+        (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4}),
+    ],
+    "llvm": [
+        (32 * 32, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1}),
+        (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1}),
+    ],
+    "interp": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
+                      "num_warps": 1})],
+}
+
+# Same shapes for the fused gate/up kernel and the dequantising matmul (two B tiles / one
+# integer tile per step).
+MLP = MATMUL
+QUANT: dict[str, list[Row]] = {
+    "default": [(INF, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
+                       "num_warps": 4})],
+    "llvm": [(INF, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
+                    "num_warps": 1})],
+    "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
+                      "num_warps": 1})],
+}
+
+ATTENTION: dict[str, list[Row]] = {
+    # size = seq_q
+    "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4})],
+    "llvm": [(16, {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 1}),
+             (INF, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1})],
+    "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1})],
+}
+
+DECODE: dict[str, list[Row]] = {
+    # size = head dim; the token tile is the cache block size
+    "default": [(INF, {"num_warps": 2})],
+    "llvm": [(INF, {"num_warps": 1})],
+    "interp": [(INF, {"num_warps": 1})],
+}
+
+
+def pick(table: dict[str, list[Row]], backend: str, size: int) -> dict[str, Any]:
+    """Meta-parameters of the first row of `table[backend]` (else "default") covering `size`."""
+    rows = table.get(backend, table["default"])
+    for bound, meta in rows:
+        if size <= bound:
+            return dict(meta)
+    return dict(rows[-1][1])
+
+
+def candidates(table: dict[str, list[Row]], backend: str) -> list[dict[str, Any]]:
+    """Every distinct configuration listed for `backend` (an autotuner's search space)."""
+    seen: list[dict[str, Any]] = []
+    for _, meta in table.get(backend, table["default"]):
+        if meta not in seen:
+            seen.append(dict(meta))
+    return seen
+
+
+def row_loop_block(backend: str) -> int:
+    return ROW_LOOP_BLOCK.get(backend, ROW_LOOP_BLOCK["default"])

@@ -1,0 +1,124 @@
+"""Matrix multiplication with a fused epilogue: `matmul(a, b, bias=None, activation=None)`.
+
+`a` [M, K] @ `b` [K, N] (+ bias [N]) then relu / gelu (erf form) / silu, in one kernel.
+Tiled: each program computes a BLOCK_M x BLOCK_N tile of the output, walking K in BLOCK_K
+steps with a float32 accumulator; programs are ordered in groups of GROUP_M tile rows so that
+consecutive programs share B tiles (cache reuse).  Ragged edges are masked.  Batched: `a`
+[B, M, K] with `b` [B, K, N] or a shared `b` [K, N]; the batch is grid axis 1.
+Inputs float32 / float16 / bfloat16 (a and b alike); the output has their dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kdsl as kd
+
+from . import configs
+from ._validate import FLOATS, Arg, as_arg, check_shape, empty, resolve_backend, result, same_dtype
+
+# activation name -> the constexpr code the kernel branches on at compile time
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+
+
+@kd.jit
+def apply_activation(x, ACT: kd.constexpr):
+    """The epilogue activation of code ACT (see ACTIVATIONS) on a float32 tile."""
+    if ACT == 1:
+        x = kd.maximum(x, 0.0)
+    elif ACT == 2:
+        x = 0.5 * x * (1.0 + kd.erf(x * 0.7071067811865476))
+    elif ACT == 3:
+        x = x * kd.sigmoid(x)
+    return x
+
+
+@kd.jit
+def grouped_tile(M, N, BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, GROUP_M: kd.constexpr):
+    """(pid_m, pid_n) of this program in grouped order: GROUP_M tile rows share each column
+    sweep."""
+    pid = kd.program_id(0)
+    num_pid_m = kd.cdiv(M, BLOCK_M)
+    num_pid_n = kd.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_pid_n
+    first_m = (pid // group) * GROUP_M
+    size_m = kd.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    return pid_m, pid_n
+
+
+@kd.jit
+def matmul_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_ab, stride_bb,
+                  BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
+                  GROUP_M: kd.constexpr, HAS_BIAS: kd.constexpr, ACT: kd.constexpr):
+    pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    batch = kd.program_id(1)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * M * N
+    rm = pid_m * BLOCK_M + kd.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + kd.arange(0, BLOCK_N)
+    rk = kd.arange(0, BLOCK_K)
+    acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + rk
+        a = kd.load(a_ptr + rm[:, None] * K + ks[None, :],
+                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = kd.load(b_ptr + ks[:, None] * N + rn[None, :],
+                    mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = kd.dot(a, b, acc)
+    if HAS_BIAS:
+        acc += kd.load(bias_ptr + rn, mask=rn < N, other=0.0).to(kd.float32)[None, :]
+    acc = apply_activation(acc, ACT)
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def check_activation(activation: Any) -> int:
+    try:
+        return ACTIVATIONS[activation]
+    except (KeyError, TypeError):
+        raise ValueError(f"activation: {activation!r} is not one of "
+                         f"{', '.join(repr(k) for k in ACTIVATIONS)}") from None
+
+
+def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> Arg:
+    """Run the kernel on checked arguments (a [.., M, K], b [.., K, N]); returns the output."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    batch = a.shape[0] if a.ndim == 3 else 1
+    out_shape = (batch, M, N) if a.ndim == 3 else (M, N)
+    out = empty(a, out_shape, a.dtype)
+    if M == 0 or N == 0 or batch == 0:
+        return out
+    meta = configs.pick(configs.MATMUL, backend, M * N)
+    bm, bn = meta["BLOCK_M"], meta["BLOCK_N"]
+    grid = (kd.cdiv(M, bm) * kd.cdiv(N, bn), batch)
+    stride_bb = K * N if b.ndim == 3 else 0
+    matmul_kernel[grid](a.kernel_arg, b.kernel_arg,
+                        (bias if bias is not None else a).kernel_arg,  # unread when no bias
+                        out.kernel_arg, M, N, K, M * K, stride_bb, HAS_BIAS=bias is not None,
+                        ACT=act, backend=backend, **meta)
+    return out
+
+
+def matmul(a: Any, b: Any, bias: Any = None, activation: str | None = None,
+           backend: str | None = None) -> Any:
+    """act(a @ b + bias); a [M, K] or [B, M, K], b [K, N] or [B, K, N], bias [N]."""
+    a_ = as_arg("a", a, FLOATS, ndim=(2, 3))
+    b_ = as_arg("b", b, FLOATS, ndim=(2, 3))
+    same_dtype(a_, b_)
+    act = check_activation(activation)
+    if b_.ndim == 3 and a_.ndim != 3:
+        raise ValueError(f"b: a batched b {b_.shape} needs a batched a, got a {a_.shape}")
+    K = a_.shape[-1]
+    if b_.shape[-2] != K:
+        raise ValueError(f"b: expected {K} rows (a's last dimension), got shape {b_.shape}")
+    if b_.ndim == 3 and b_.shape[0] != a_.shape[0]:
+        raise ValueError(f"b: batch {b_.shape[0]} differs from a's batch {a_.shape[0]}")
+    bias_ = None
+    if bias is not None:
+        bias_ = as_arg("bias", bias, FLOATS, ndim=1)
+        check_shape(bias_, (b_.shape[-1],), "b's last dimension")
+    be = resolve_backend(backend, *(x for x in (a_, b_, bias_) if x is not None))
+    return result(launch_matmul(a_, b_, bias_, act, be))

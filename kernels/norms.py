@@ -1,0 +1,114 @@
+"""Row normalisations: `layer_norm(x, weight, bias, eps)` and `rms_norm(x, weight, eps)`.
+
+One program per row over the last dimension (leading dimensions are flattened).  The row is
+walked in tiles of BLOCK (the whole row when it fits `configs.FUSED_ROW_MAX`, so the loops run
+once); statistics are accumulated per lane in float32 and reduced at the end, whatever the
+input dtype: mean, then the centred variance (two passes: no cancellation), then the output
+pass, stored in the input dtype.  weight and bias may have any float dtype (often float32 with
+float16 activations); they are read as float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import kdsl as kd
+
+from . import configs
+from ._validate import (FLOATS, as_arg, check_shape, empty, finite_float, next_pow2, reshaped,
+                        resolve_backend, result)
+
+
+@kd.jit
+def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, eps, BLOCK: kd.constexpr):
+    row = kd.program_id(0)
+    x_ptr += row * N
+    y_ptr += row * N
+    acc = kd.zeros((BLOCK,), kd.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        acc += kd.load(x_ptr + cols, mask=cols < N, other=0.0).to(kd.float32)
+    mean = kd.sum(acc, axis=0) / N
+    acc2 = kd.zeros((BLOCK,), kd.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        x = kd.load(x_ptr + cols, mask=cols < N, other=0.0).to(kd.float32)
+        d = kd.where(cols < N, x - mean, 0.0)
+        acc2 += d * d
+    rstd = 1.0 / kd.sqrt(kd.sum(acc2, axis=0) / N + eps)
+    for off in range(0, N, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        mask = cols < N
+        w = kd.load(w_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        b = kd.load(b_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        x = kd.load(x_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        kd.store(y_ptr + cols, (x - mean) * rstd * w + b, mask=mask)
+
+
+@kd.jit
+def rms_norm_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK: kd.constexpr):
+    row = kd.program_id(0)
+    x_ptr += row * N
+    y_ptr += row * N
+    acc = kd.zeros((BLOCK,), kd.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        x = kd.load(x_ptr + cols, mask=cols < N, other=0.0).to(kd.float32)
+        acc += x * x
+    rstd = 1.0 / kd.sqrt(kd.sum(acc, axis=0) / N + eps)
+    for off in range(0, N, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        mask = cols < N
+        w = kd.load(w_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        x = kd.load(x_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        kd.store(y_ptr + cols, x * rstd * w, mask=mask)
+
+
+def _block(n: int, backend: str) -> int:
+    return next_pow2(n) if n <= configs.FUSED_ROW_MAX else configs.row_loop_block(backend)
+
+
+def _rows(x_in: Any, weight: Any, *more: tuple[str, Any]):
+    x = as_arg("x", x_in, FLOATS)
+    if x.ndim == 0:
+        raise ValueError("x: expected at least a 1-D array, got a scalar")
+    n = x.shape[-1]
+    params = [as_arg("weight", weight, FLOATS, ndim=1)]
+    params += [as_arg(name, v, FLOATS, ndim=1) for name, v in more]
+    for p in params:
+        check_shape(p, (n,), "the last dimension of x")
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    return x, params, n, rows
+
+
+def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5,
+               backend: str | None = None) -> Any:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension of `x`."""
+    x, (w, b), n, rows = _rows(x, weight, ("bias", bias))
+    eps = finite_float("eps", eps)
+    be = resolve_backend(backend, x, w, b)
+    out = empty(x, x.shape, x.dtype)
+    if n and rows:
+        block = _block(n, be)
+        layer_norm_kernel[(rows,)](
+            reshaped(x, (rows, n)).kernel_arg, w.kernel_arg, b.kernel_arg,
+            reshaped(out, (rows, n)).kernel_arg, n, eps, BLOCK=block, backend=be,
+            **configs.pick(configs.ROW, be, block))
+    return result(out)
+
+
+def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None) -> Any:
+    """x / sqrt(mean(x**2) + eps) * weight over the last dimension of `x`."""
+    x, (w,), n, rows = _rows(x, weight)
+    eps = finite_float("eps", eps)
+    be = resolve_backend(backend, x, w)
+    out = empty(x, x.shape, x.dtype)
+    if n and rows:
+        block = _block(n, be)
+        rms_norm_kernel[(rows,)](
+            reshaped(x, (rows, n)).kernel_arg, w.kernel_arg,
+            reshaped(out, (rows, n)).kernel_arg, n, eps, BLOCK=block, backend=be,
+            **configs.pick(configs.ROW, be, block))
+    return result(out)

@@ -1,0 +1,83 @@
+"""Weight-only quantised matmul: `quant_matmul(x, w_q, scales, group_size, bits)`.
+
+x [M, K] float32/float16/bfloat16; the weights W [K, N] are stored as integers q with one
+float scale per group of `group_size` consecutive k (per column): W[k, n] = q[k, n] *
+scales[k // group_size, n], scales [K // group_size, N] of any float dtype.
+
+- bits=8: w_q int8 [K, N], q = w_q (two's complement, -128..127).
+- bits=4: w_q uint8 [K // 2, N]; byte w_q[j, n] holds k = 2j in its low nibble (bits 0-3) and
+  k = 2j + 1 in its high nibble (bits 4-7); each nibble u in 0..15 means q = u - 8 (offset
+  binary, -8..7).
+
+Dequantisation happens inside the kernel, per K tile: the integer tile is loaded (for int4, each
+byte is loaded for both of its rows and the nibble chosen by k's parity), multiplied by its
+group's scale in float32, rounded to x's dtype and fed to the dot with float32 accumulation.
+Tiling and program order as in `matmul.py`; the output has x's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kdsl as kd
+
+from . import configs
+from ._validate import FLOATS, as_arg, check_shape, empty, positive_int, resolve_backend, result
+from .matmul import grouped_tile
+
+
+@kd.jit
+def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size, BITS: kd.constexpr,
+                        BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
+                        GROUP_M: kd.constexpr):
+    pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rm = pid_m * BLOCK_M + kd.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + kd.arange(0, BLOCK_N)
+    rk = kd.arange(0, BLOCK_K)
+    acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + rk
+        x = kd.load(x_ptr + rm[:, None] * K + ks[None, :],
+                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        w_mask = (ks[:, None] < K) & (rn[None, :] < N)
+        if BITS == 8:
+            q = kd.load(w_ptr + ks[:, None] * N + rn[None, :], mask=w_mask, other=0).to(kd.int32)
+        else:
+            byte = kd.load(w_ptr + (ks // 2)[:, None] * N + rn[None, :], mask=w_mask, other=0)
+            q = ((byte.to(kd.int32) >> ((ks % 2) * 4)[:, None]) & 15) - 8
+        scale = kd.load(s_ptr + (ks // group_size)[:, None] * N + rn[None, :], mask=w_mask,
+                        other=0.0).to(kd.float32)
+        w = (q.to(kd.float32) * scale).to(x.dtype)
+        acc = kd.dot(x, w, acc)
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+_W_DTYPE = {8: "int8", 4: "uint8"}
+
+
+def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
+                 backend: str | None = None) -> Any:
+    """x @ dequantize(w_q, scales): int8 or packed int4 weights with per-group scales."""
+    if bits not in _W_DTYPE:
+        raise ValueError(f"bits: expected 4 or 8, got {bits!r}")
+    group_size = positive_int("group_size", group_size)
+    x_ = as_arg("x", x, FLOATS, ndim=2)
+    w = as_arg("w_q", w_q, (_W_DTYPE[bits],), ndim=2)
+    s = as_arg("scales", scales, FLOATS, ndim=2)
+    M, K = x_.shape
+    rows = w.shape[0] * (2 if bits == 4 else 1)
+    if rows != K:
+        what = "K // 2 rows (two int4 values per byte)" if bits == 4 else "K rows"
+        raise ValueError(f"w_q: expected {what} for x's K = {K}, got shape {w.shape}")
+    N = w.shape[1]
+    if K % group_size:
+        raise ValueError(f"group_size: {group_size} does not divide K = {K}")
+    check_shape(s, (K // group_size, N), "K // group_size, N")
+    be = resolve_backend(backend, x_, w, s)
+    out = empty(x_, (M, N), x_.dtype)
+    if M and N:
+        meta = configs.pick(configs.QUANT, be, M * N)
+        grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]),)
+        quant_matmul_kernel[grid](x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, M, N, K,
+                                  group_size, BITS=bits, backend=be, **meta)
+    return result(out)

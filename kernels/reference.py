@@ -1,0 +1,142 @@
+"""float64 NumPy references of every library kernel, with the same signatures.
+
+Each accepts what the kernel accepts (NumPy arrays, device arrays, bfloat16 views or
+ml_dtypes arrays), computes in float64 on the host and returns a float64 NumPy array.  They are
+the ground truth of the tests (never another backend).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kdsl.runtime.binding import DTypeView
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def to_float64(x: Any) -> np.ndarray:
+    """A float64 host copy of an array in any spelling the library accepts."""
+    if isinstance(x, DTypeView):  # bfloat16 bits
+        bits = x.array.get() if hasattr(x.array, "get") else np.asarray(x.array)
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if not isinstance(x, np.ndarray) and hasattr(x, "get"):  # CuPy / PyOpenCL
+        x = x.get()
+    x = np.asarray(x)
+    return x.astype(np.float64)
+
+
+def _host(x: Any) -> np.ndarray:
+    if not isinstance(x, np.ndarray) and hasattr(x, "get"):
+        return x.get()
+    return np.asarray(x)
+
+
+def softmax(x: Any, axis: int = -1, backend: str | None = None) -> np.ndarray:
+    x = to_float64(x)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5,
+               backend: str | None = None) -> np.ndarray:
+    x = to_float64(x)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * to_float64(weight) + to_float64(bias)
+
+
+def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None) -> np.ndarray:
+    x = to_float64(x)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * to_float64(weight)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """The erf form: x * Phi(x)."""
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+ACTIVATIONS = {None: lambda x: x, "relu": lambda x: np.maximum(x, 0.0), "gelu": gelu,
+               "silu": silu}
+
+
+def matmul(a: Any, b: Any, bias: Any = None, activation: str | None = None,
+           backend: str | None = None) -> np.ndarray:
+    c = to_float64(a) @ to_float64(b)
+    if bias is not None:
+        c = c + to_float64(bias)
+    return ACTIVATIONS[activation](c)
+
+
+def mlp(x: Any, w_gate: Any, w_up: Any, w_down: Any, backend: str | None = None) -> np.ndarray:
+    x = to_float64(x)
+    h = silu(x @ to_float64(w_gate)) * (x @ to_float64(w_up))
+    return h @ to_float64(w_down)
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None = None,
+              backend: str | None = None) -> np.ndarray:
+    """[batch, heads, seq, dim]; k/v may have fewer heads (grouped-query); causal masking is
+    aligned to the end (query i sees keys j <= i + seq_k - seq_q)."""
+    q, k, v = to_float64(q), to_float64(k), to_float64(v)
+    heads, kv_heads = q.shape[1], k.shape[1]
+    k = np.repeat(k, heads // kv_heads, axis=1)
+    v = np.repeat(v, heads // kv_heads, axis=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.einsum("bhmd,bhnd->bhmn", q, k) * scale
+    if causal:
+        sq, sk = q.shape[2], k.shape[2]
+        keep = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
+        s = np.where(keep, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bhmn,bhnd->bhmd", p / p.sum(-1, keepdims=True), v)
+
+
+def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any,
+                     scale: float | None = None, backend: str | None = None) -> np.ndarray:
+    """q [batch, heads, dim]; caches [num_blocks, block_size, kv_heads, dim]; a sequence of
+    length 0 gives zeros."""
+    q, kc, vc = to_float64(q), to_float64(k_cache), to_float64(v_cache)
+    table, lens = _host(block_table), _host(seq_lens)
+    batch, heads, dim = q.shape
+    block_size, kv_heads = kc.shape[1], kc.shape[2]
+    group = heads // kv_heads
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    out = np.zeros((batch, heads, dim))
+    for b in range(batch):
+        n = int(lens[b])
+        if n == 0:
+            continue
+        blocks = table[b, :-(-n // block_size)]
+        keys = kc[blocks].reshape(-1, kv_heads, dim)[:n]    # [n, kv_heads, dim]
+        vals = vc[blocks].reshape(-1, kv_heads, dim)[:n]
+        for h in range(heads):
+            s = keys[:, h // group] @ q[b, h] * scale
+            p = np.exp(s - s.max())
+            out[b, h] = (p / p.sum()) @ vals[:, h // group]
+    return out
+
+
+def dequantize(w_q: Any, scales: Any, group_size: int, bits: int) -> np.ndarray:
+    """The float64 weights [K, N] that `quant_matmul` multiplies by (docs/kernels.md)."""
+    w = _host(w_q)
+    if bits == 4:
+        w = w.astype(np.int64)
+        q = np.empty((2 * w.shape[0], w.shape[1]), np.int64)
+        q[0::2] = (w & 0xF) - 8   # low nibble: even k
+        q[1::2] = (w >> 4) - 8    # high nibble: odd k
+    else:
+        q = w.astype(np.int64)
+    s = np.repeat(to_float64(scales), group_size, axis=0)
+    return q.astype(np.float64) * s
+
+
+def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
+                 backend: str | None = None) -> np.ndarray:
+    return to_float64(x) @ dequantize(w_q, scales, group_size, bits)

@@ -1,0 +1,114 @@
+"""Row softmax: `softmax(x, axis=-1)`.
+
+One program per row.  A row of up to `configs.FUSED_ROW_MAX` elements is held in one tile and
+read once (fused: max, exp, sum, divide).  Longer rows use the online form: a first pass keeps
+a running maximum and a running sum rescaled whenever the maximum grows, a second pass writes
+exp(x - max) / sum.  Statistics are float32 for every input dtype; the output has the input's.
+Leading dimensions are flattened into rows; any other axis is moved last by a copy (and the
+result moved back), which costs one extra read and write of the array.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import kdsl as kd
+
+from . import configs
+from ._validate import FLOATS, Arg, as_arg, empty, next_pow2, reshaped, resolve_backend, result
+
+
+@kd.jit
+def softmax_fused_kernel(x_ptr, y_ptr, n_cols, BLOCK: kd.constexpr):
+    row = kd.program_id(0)
+    cols = kd.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = kd.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf")).to(kd.float32)
+    num = kd.exp(x - kd.max(x, axis=0))
+    kd.store(y_ptr + row * n_cols + cols, num / kd.sum(num, axis=0), mask=mask)
+
+
+@kd.jit
+def softmax_online_kernel(x_ptr, y_ptr, n_cols, BLOCK: kd.constexpr):
+    row = kd.program_id(0)
+    base = row * n_cols
+    # Per-lane running max and sum: each lane sees every BLOCK-th element; lanes are merged
+    # at the end.  A lane starts at -inf with sum 0; exp(-inf - m) = 0 keeps it neutral.
+    m = kd.full((BLOCK,), -float("inf"), kd.float32)
+    s = kd.zeros((BLOCK,), kd.float32)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        x = kd.load(x_ptr + base + cols, mask=cols < n_cols, other=-float("inf")).to(kd.float32)
+        m_new = kd.maximum(m, x)
+        # a lane still at -inf (only masked elements so far) would give exp(nan): keep it 0
+        safe = kd.where(m_new == -float("inf"), 0.0, m_new)
+        s = s * kd.exp(m - safe) + kd.exp(x - safe)
+        m = m_new
+    row_max = kd.max(m, axis=0)
+    total = kd.sum(s * kd.exp(m - row_max), axis=0)
+    inv = 1.0 / total
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = kd.load(x_ptr + base + cols, mask=mask, other=-float("inf")).to(kd.float32)
+        kd.store(y_ptr + base + cols, kd.exp(x - row_max) * inv, mask=mask)
+
+
+def _move_last(x: Arg, axis: int) -> Arg:
+    """A contiguous copy of `x` with `axis` moved last."""
+    if x.kind == "opencl":
+        import pyopencl.array as cla
+        host = np.ascontiguousarray(np.moveaxis(x.data.get(), axis, -1))
+        data = cla.to_device(x.data.queue, host)
+    else:
+        xp = np if x.kind == "numpy" else __import__("cupy")
+        data = xp.ascontiguousarray(xp.moveaxis(x.data, axis, -1))
+    return Arg(x.name, x.kind, data, x.dtype, tuple(data.shape), x.spelling, x.ml_dtype)
+
+
+def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
+    """Softmax of `x` along `axis` (float32/float16/bfloat16; output in x's dtype and kind)."""
+    a = as_arg("x", x, FLOATS)
+    if a.ndim == 0:
+        raise ValueError("x: expected at least a 1-D array, got a scalar")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -a.ndim <= axis < a.ndim:
+        raise ValueError(f"axis: {axis!r} is out of range for a {a.ndim}-D array")
+    axis = int(axis) % a.ndim
+    be = resolve_backend(backend, a)
+    if axis != a.ndim - 1:
+        moved = _move_last(a, axis)
+        out = softmax(result(moved), -1, be)
+        back = as_arg("out", out, FLOATS)
+        return result(_move_back(back, axis))
+    n = a.shape[-1]
+    rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    out = empty(a, a.shape, a.dtype)
+    if n == 0 or rows == 0:
+        return result(out)
+    xin, yout = reshaped(a, (rows, n)), reshaped(out, (rows, n))
+    if n <= configs.FUSED_ROW_MAX:
+        block = next_pow2(n)
+        meta = configs.pick(configs.ROW, be, block)
+        softmax_fused_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, BLOCK=block,
+                                      backend=be, **meta)
+    else:
+        block = configs.row_loop_block(be)
+        meta = configs.pick(configs.ROW, be, block)
+        softmax_online_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, BLOCK=block,
+                                       backend=be, **meta)
+    return result(out)
+
+
+def _move_back(y: Arg, axis: int) -> Arg:
+    """Inverse of `_move_last`: the last axis back to `axis`, contiguous."""
+    if y.kind == "opencl":
+        import pyopencl.array as cla
+        host = np.ascontiguousarray(np.moveaxis(y.data.get(), -1, axis))
+        data = cla.to_device(y.data.queue, host)
+    else:
+        xp = np if y.kind == "numpy" else __import__("cupy")
+        data = xp.ascontiguousarray(xp.moveaxis(y.data, -1, axis))
+    return Arg(y.name, y.kind, data, y.dtype, tuple(data.shape), y.spelling, y.ml_dtype)
