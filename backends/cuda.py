@@ -66,7 +66,16 @@ def cuda_dialect() -> CDialect:
         fast_math_option=FAST_MATH, helper_qual="static __device__ __forceinline__",
         extra={"as_float": "__uint_as_float", "as_uint": "__float_as_uint", "f16_helper": "",
                "options": " ".join(OPTIONS), "options_fast": " ".join(OPTIONS + [FAST_MATH])},
+        intrinsics=MMA_FUNCTIONS,
     )
+
+
+# Tensor-core intrinsics (kdsl/passes/lower_dot_mma.py) -> functions of cuda_mma.cu.j2.
+MMA_FUNCTIONS = {
+    "mma_m16n8k16_f32_f16": "kd_mma_m16n8k16_f16", "mma_m16n8k16_f32_bf16":
+    "kd_mma_m16n8k16_bf16", "mma_m16n8k8_f32_tf32": "kd_mma_m16n8k8_tf32",
+    "mma_m16n8k32_s32_s8": "kd_mma_m16n8k32_s8",
+}
 
 
 # ----------------------------------------------------------------------------- toolchain
@@ -256,6 +265,13 @@ def _cubin_usage(cubin: bytes) -> dict[str, int]:
 # ----------------------------------------------------------------------------- backend
 
 
+def _sm(arch: str) -> int:
+    """80 for "sm_80" (0 when unreadable)."""
+    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
+    return int(m.group(1)) if m else 0
+
+
+
 class _Loaded:
     """A loaded module (kept alive with its function) and the cubin it came from."""
 
@@ -276,8 +292,11 @@ class CUDABackend(Backend):
             return False
 
     def target(self, num_warps: int) -> Target:
+        caps = self.caps
+        if _sm(self.arch()) < 80:  # mma.sync m16n8k16 (f16, bf16), m16n8k8 tf32: sm_80+
+            caps = caps - {"tensor_cores"}
         return Target("cuda", threads=num_warps * 32, warp_size=32, shared_bytes=48 * 1024,
-                      caps=self.caps)
+                      caps=caps)
 
     def arch(self) -> str:
         """`sm_XY` of the current device, else DEFAULT_ARCH."""

@@ -59,6 +59,17 @@ _IBIN = {"add": "add", "sub": "sub", "mul": "mul", "and": "and_", "or": "or_", "
 _F_INTRINSIC_UNARY = {"sqrt": "sqrt", "abs": "fabs", "floor": "floor", "ceil": "ceil"}
 
 
+# Loop hints: a Loop IR `For` whose body starts with `Comment(hint)` gets these loop
+# properties.  "simd" marks the loop the lowering meant as the vector dimension (the CPU dot's
+# NR loop): it is vectorised, never fully unrolled into scalars first (which would leave the
+# vectoriser only the outer loop, with gathers); the loops around it are unrolled afterwards.
+_LOOP_HINTS: dict[str, list[tuple]] = {
+    "simd": [("llvm.loop.unroll.disable",),
+             ("llvm.loop.vectorize.enable", ir.Constant(I1, 1)),
+             ("llvm.loop.vectorize.followup_vectorized", ("llvm.loop.unroll.full",))],
+}
+
+
 class _FnEmitter:
     """Emits one kernel body function from Loop IR statements."""
 
@@ -414,10 +425,16 @@ class _FnEmitter:
             self._loop_md = props
         return self._loop_md
 
-    def _mark_loop(self, branch: ir.Instruction) -> None:
+    def _hint_md(self, item: tuple):
+        return self.m.add_metadata([self._hint_md(v) if isinstance(v, tuple) else v
+                                    for v in item])
+
+    def _mark_loop(self, branch: ir.Instruction, hint: str | None = None) -> None:
         # a distinct self-referential node per loop, as LLVM requires for loop ids
         # (llvmlite has no self-referential nodes: make a unique node, then point it at itself)
         props = self._loop_metadata()
+        if hint is not None:
+            props = props + [self._hint_md(item) for item in _LOOP_HINTS[hint]]
         md = self.m.add_metadata([ir.MetaDataString(self.m, f"kdsl.loop.{len(self.m.metadata)}")]
                                  + props)
         md.operands = (md, *props)
@@ -447,7 +464,9 @@ class _FnEmitter:
         b.branch(latch)
         b.position_at_end(latch)
         b.store(b.add(self.expr(s.var), self.expr(s.step)), slot)
-        self._mark_loop(b.branch(head))
+        first = s.body[0] if s.body else None
+        hint = first.text if isinstance(first, L.Comment) and first.text in _LOOP_HINTS else None
+        self._mark_loop(b.branch(head), hint)
         b.position_at_end(exit_)
 
     def _s_While(self, s: L.While) -> None:
@@ -652,7 +671,7 @@ def _toolchain_id() -> str:
 
 class LLVMBackend(Backend):
     name = "llvm"
-    caps = frozenset({"fp64"})
+    caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel"})
 
     def is_available(self) -> bool:
         try:

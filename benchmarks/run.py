@@ -87,16 +87,16 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: kd.constexpr, BLOCK_N: 
     offs_m = pid_m * BLOCK_M + kd.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + kd.arange(0, BLOCK_N)
     offs_k = kd.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
-    b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
     acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
-    for k in range(0, kd.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = kd.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
-        b = kd.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+    # offsets recomputed from k (a loop-carried pointer tile, `a_ptrs += BLOCK_K`, is kept as
+    # an array of pointers on the CPU, and its loads become gathers)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + offs_k
+        a = kd.load(a_ptr + offs_m[:, None] * K + ks[None, :],
+                    mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = kd.load(b_ptr + ks[:, None] * N + offs_n[None, :],
+                    mask=(ks[:, None] < K) & (offs_n[None, :] < N), other=0.0)
         acc = kd.dot(a, b, acc)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K * N
     c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
     kd.store(c_ptrs, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 

@@ -1,8 +1,12 @@
 """The `kdsl` command line.
 
-    kdsl info                                      versions, backends and their devices
-    kdsl dump FILE.py:KERNEL --backend B [--stage S] [--args SPEC ...]
+    kdsl info [--no-caps] [--refresh]              versions, backends, devices, capabilities
+    kdsl dump FILE.py:KERNEL|NAME --backend B [--stage S] [--args SPEC ...]
                                                    every IR stage and the generated source
+    kdsl compare NAME|all|FILE.py:KERNEL|BUNDLE [--backends ...] [--shape ...] [--dtype ...]
+                                                   every backend against the float64 reference
+    kdsl bench NAME|FILE.py:KERNEL [--sizes ...] [--backends ...] [--json] [--plot out.png]
+                                                   time, GB/s or GFLOP/s, fraction of roofline
 
 Each subcommand is one entry of `COMMANDS`: a function adding its arguments and a function
 running it (returning the exit status); new subcommands are new entries.
@@ -12,6 +16,14 @@ in order:  `*float32` (array of float32; `*f32`, `*fp16`, `*bf16`, `*i32`... als
 `int32`/`i64`/`f32` (a scalar of that type), or `NAME=VALUE` for a constexpr (a Python literal
 or a dtype name such as `float16`).  Without `--args`, the module must define
 `<KERNEL>_example_args()` returning `(args, kwargs, grid)`, the arguments of a real launch.
+A NAME (no `.py:`) is a library kernel (`kdsl.kernels`), dumped on its default inputs: its launches
+are recorded without running (`kdsl.compare.record_launches(dry=True)`), so any backend's code is
+produced on any machine.
+
+`compare` and `bench` use the same file convention: `<KERNEL>_example_args()` (for bench's
+`--sizes`, `<KERNEL>_example_args(size)`), optionally `<KERNEL>_reference(*args)` returning the
+expected outputs (else the interpreter's result is the reference) and `<KERNEL>_cost(*args)`
+returning `(flops, bytes)` (else bytes = the arrays' sizes, flops = 0).
 """
 
 from __future__ import annotations
@@ -85,6 +97,14 @@ _PROBES: dict[str, Callable[[], list[str]]] = {
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    status = _cmd_info_versions()
+    if not args.no_caps:
+        print()
+        print(format_matrix(capability_matrix(refresh=args.refresh)))
+    return status
+
+
+def _cmd_info_versions() -> int:
     import kdsl
     from kdsl.backends import all_backend_names, get_backend
     from kdsl.runtime.registry import backend_status
@@ -104,7 +124,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _add_info(p: argparse.ArgumentParser) -> None:
-    pass
+    p.add_argument("--no-caps", action="store_true", help="skip the capability matrix")
+    p.add_argument("--refresh", action="store_true", help="recompute the capability matrix")
 
 
 # ------------------------------------------------------------------------------ dump
@@ -154,7 +175,55 @@ def _load_kernel(target: str):
     return module, kernel, name
 
 
+def _dump_library(args: argparse.Namespace) -> int:
+    import os
+
+    from .compare import CASES, library_function, record_launches
+    if args.target not in CASES:
+        raise SystemExit(f"kdsl dump: {args.target!r} is neither FILE.py:KERNEL nor a library "
+                         f"kernel ({', '.join(CASES)})")
+    fn, _ = library_function(args.target)
+    case = CASES[args.target]
+    pos, kw = case.make(case.shape, np.dtype("float32"), np.random.default_rng(0))
+    old = os.environ.get("KDSL_AUTOTUNE")
+    os.environ["KDSL_AUTOTUNE"] = "0"  # dry launches must not be timed
+    try:
+        with record_launches(dry=True) as launches:
+            try:
+                fn(*pos, backend=args.backend, **kw)
+            except Exception:  # the outputs of dry launches are garbage: stop at the first use
+                if not launches:
+                    raise
+    finally:
+        if old is None:
+            os.environ.pop("KDSL_AUTOTUNE", None)
+        else:
+            os.environ["KDSL_AUTOTUNE"] = old
+    status = 0
+    for ln in launches:
+        ck = ln.jit.compile(*ln.args, backend=args.backend, num_warps=ln.num_warps, **ln.kwargs)
+        print(f"// ##### {ln.jit.__name__} #####")
+        status |= _print_stages(ck, args.stage)
+    return status
+
+
+def _print_stages(ck: Any, stage: str | None) -> int:
+    if stage:
+        if stage not in ck.ir:
+            print(f"kdsl dump: no stage {stage!r}; stages: {', '.join(ck.ir)}", file=sys.stderr)
+            return 2
+        print(ck.ir[stage])
+        return 0
+    for name, text in ck.ir.items():
+        print(f"// ===== {name} =====")
+        print(text.rstrip("\n"))
+        print()
+    return 0
+
+
 def cmd_dump(args: argparse.Namespace) -> int:
+    if ".py:" not in args.target:
+        return _dump_library(args)
     module, kernel, name = _load_kernel(args.target)
     if args.args:
         pos, kw = [], {}
@@ -173,27 +242,123 @@ def cmd_dump(args: argparse.Namespace) -> int:
         pos, kw = list(pos), dict(kw)
     kw.pop("backend", None)
     ck = kernel.compile(*pos, backend=args.backend, num_warps=args.num_warps, **kw)
-    if args.stage:
-        if args.stage not in ck.ir:
-            print(f"kdsl dump: no stage {args.stage!r}; stages: {', '.join(ck.ir)}",
-                  file=sys.stderr)
-            return 2
-        print(ck.ir[args.stage])
-        return 0
-    for stage, text in ck.ir.items():
-        print(f"// ===== {stage} =====")
-        print(text.rstrip("\n"))
-        print()
-    return 0
+    return _print_stages(ck, args.stage)
 
 
 def _add_dump(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="FILE.py:KERNEL")
+    p.add_argument("target", metavar="FILE.py:KERNEL|NAME")
     p.add_argument("--backend", "-b", default="llvm")
     p.add_argument("--stage", "-s", default=None, help="print only this stage")
     p.add_argument("--num-warps", type=int, default=4)
     p.add_argument("--args", nargs="+", default=None, metavar="SPEC",
                    help="*float32 (array), int32 (scalar), NAME=VALUE (constexpr)")
+
+
+# ------------------------------------------------------------------------------ compare
+
+def _csv(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+def _shape(text: str | None) -> tuple[int, ...] | None:
+    return tuple(int(t) for t in text.replace("x", ",").split(",") if t) if text else None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    from . import compare as C
+    backends = _csv(args.backends)
+    opts = {"bundle_dir": args.bundle_dir}
+    target = args.target
+    if Path(target, "meta.json").is_file():
+        return C.run_bundle(target, backends)
+    if ".py:" in target:
+        module, kernel, name = _load_kernel(target)
+        example = getattr(module, f"{name}_example_args", None)
+        if example is None:
+            raise SystemExit(f"kdsl compare: define {name}_example_args() returning "
+                             f"(args, kwargs, grid) in {target.rpartition(':')[0]}")
+        pos, kw, grid = example()
+        ref = getattr(module, f"{name}_reference", None)
+        reports = [C.compare(kernel, pos, backends, ref, grid=grid,
+                             repro_command=f"kdsl compare {target}", **opts, **kw)]
+    elif target == "all":
+        names = C.library_kernels()
+        if not names:
+            print("kdsl compare all: no library kernels found in kdsl.kernels", file=sys.stderr)
+            return 2
+        reports = []
+        for n in names:
+            try:
+                reports.append(C.compare_case(n, None, args.dtype, backends, **opts))
+            except Exception as e:
+                reports.append(C.CompareReport(n, [C.Result("*", "*", error=f"{e}")], "-"))
+    elif target in C.CASES:
+        reports = [C.compare_case(target, _shape(args.shape), args.dtype, backends, **opts)]
+    else:
+        raise SystemExit(f"kdsl compare: {target!r} is not a library kernel "
+                         f"({', '.join(C.CASES)}), 'all', FILE.py:KERNEL or a repro bundle")
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=1))
+    elif len(reports) == 1:
+        print(reports[0].table())
+    else:
+        print(_summary_table(reports))
+    return 0 if all(r.passed for r in reports) else 1
+
+
+def _summary_table(reports: list[Any]) -> str:
+    head = (f"{'kernel':<17} {'backend':<8} {'output':<8} {'max abs':>9} {'max rel':>9} "
+            f"{'max ulp':>9}  status")
+    lines = [head, "-" * len(head)]
+    for rep in reports:
+        for r in rep.results:
+            if r.error is not None:
+                lines.append(f"{rep.name:<17} {r.backend:<8} {r.output:<8} "
+                             f"ERROR: {r.error.splitlines()[0][:60]}")
+            else:
+                lines.append(f"{rep.name:<17} {r.backend:<8} {r.output:<8} {r.max_abs:9.2e} "
+                             f"{r.max_rel:9.2e} {r.max_ulp:9.3g}  {r.status}")
+        if rep.bundle is not None:
+            lines.append(f"{'':<17} repro bundle: {rep.bundle}")
+    return "\n".join(lines)
+
+
+def _add_compare(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="NAME|all|FILE.py:KERNEL|BUNDLE")
+    p.add_argument("--backends", "-b", default=None, help="comma-separated (default: all)")
+    p.add_argument("--shape", default=None, help="e.g. 64,1000 (library kernels)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--bundle-dir", default=None, help="where repro bundles go")
+    p.add_argument("--json", action="store_true")
+
+
+# ------------------------------------------------------------------------------ bench
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+    rows, rooflines = bench.bench_cli(args.target, _csv(args.sizes), _csv(args.backends),
+                                      args.dtype, args.rep)
+    if args.json:
+        import json
+        print(json.dumps({"rows": rows, "roofline": rooflines}, indent=1))
+    else:
+        print(bench.format_rows(rows, rooflines))
+    if args.plot:
+        bench.plot(rows, rooflines, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="NAME|FILE.py:KERNEL")
+    p.add_argument("--sizes", default=None, help="comma-separated sweep, e.g. 256,1024,4096")
+    p.add_argument("--backends", "-b", default=None, help="comma-separated (default: all)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--rep", type=float, default=100, help="ms measured per point")
+    p.add_argument("--json", action="store_true", help="JSON on stdout")
+    p.add_argument("--plot", default=None, metavar="OUT.png")
 
 
 # ------------------------------------------------------------------------------ main
@@ -203,6 +368,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int]]] = {
     "info": ("versions, backends and devices found", _add_info, cmd_info),
     "dump": ("print every IR stage and the generated source of a kernel", _add_dump, cmd_dump),
+    "compare": ("compare every backend with the float64 reference (exit 1 on a mismatch)",
+                _add_compare, cmd_compare),
+    "bench": ("time a kernel: ms, GB/s or GFLOP/s, fraction of the roofline", _add_bench,
+              cmd_bench),
 }
 
 
@@ -227,3 +396,120 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ------------------------------------------------------------------------------ capabilities
+# The capability matrix of `kdsl info`: one tiny kernel per op (the ops come from the
+# language's own function signatures) compiled for each dtype on each backend; a cell is what
+# the compiler did, never a hand-written claim.  Cached per kdsl version and backend identity.
+
+_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%"}
+_CAP_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64")
+
+
+def _cap_ops() -> dict[str, str]:
+    """op name -> kernel body computing `r` from tiles `a`, `b` (BLOCK elements)."""
+    import inspect
+
+    import kdsl.language as L
+    ops = {name: f"r = a {sym} b" for name, sym in _OPERATORS.items()}
+    for name in L.__all__:
+        f = getattr(L, name)
+        try:
+            params = [p for p in inspect.signature(f).parameters if p != "_builder"]
+        except (TypeError, ValueError):
+            continue
+        if params == ["x"] and name != "zeros_like":
+            ops[name] = f"r = kd.{name}(a)"
+        elif params[:3] == ["x", "y", "z"]:
+            ops[name] = f"r = kd.{name}(a, b, a)"
+        elif params[:2] == ["x", "y"]:
+            ops[name] = f"r = kd.{name}(a, b)"
+        elif params[:3] == ["input", "axis", "keep_dims"]:
+            ops[name] = f"r = kd.{name}(a, axis=0) + kd.zeros((BLOCK,), kd.int32)"
+        elif params[:3] == ["a", "b", "acc"]:
+            ops[name] = (f"r = kd.reshape(kd.{name}(kd.reshape(a, (16, 16)), "
+                         "kd.reshape(b, (16, 16))), (BLOCK,))")
+        elif params[:2] == ["pointer", "val"]:
+            ops[name] = f"r = kd.{name}(o_ptr + offs, a)"
+    return ops
+
+
+def _cap_module(ops: dict[str, str]) -> Any:
+    from kdsl.runtime.cache import cache_dir
+    lines = ['"""Generated by kdsl info: one kernel per op."""', "import kdsl as kd", ""]
+    for name, body in ops.items():
+        lines += ["@kd.jit", f"def cap_{name}(x_ptr, y_ptr, o_ptr, BLOCK: kd.constexpr):",
+                  "    offs = kd.arange(0, BLOCK)",
+                  "    a = kd.load(x_ptr + offs)", "    b = kd.load(y_ptr + offs)",
+                  f"    {body}", "    kd.store(o_ptr + kd.arange(0, BLOCK), r)", ""]
+    path = cache_dir() / "caps" / "cap_kernels.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(lines)
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    from .compare import load_module
+    return load_module(path, "kdsl_cap_kernels")
+
+
+def capability_matrix(refresh: bool = False) -> dict[str, dict[str, dict[str, str]]]:
+    """backend -> op -> dtype -> "ok" or the first line of the compile error."""
+    import hashlib
+    import json
+
+    import kdsl
+    from kdsl.backends import all_backend_names, get_backend
+    from kdsl.runtime.binding import bfloat16_view
+    from kdsl.runtime.cache import cache_dir
+
+    from .bench import Progress
+    ops = _cap_ops()
+    ids = []
+    for b in all_backend_names():
+        try:
+            ids.append(f"{b}:{get_backend(b).hash()}")
+        except Exception as e:
+            ids.append(f"{b}:{e}")
+    key = hashlib.sha256(repr((kdsl.__version__, ids, ops, _CAP_DTYPES)).encode()).hexdigest()
+    path = cache_dir() / "caps" / f"{key[:24]}.json"
+    if not refresh and path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            pass
+    mod = _cap_module(ops)
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    names = all_backend_names()
+    with Progress(len(names) * len(ops), "capabilities") as bar:
+        for b in names:
+            out[b] = {}
+            for op in ops:
+                out[b][op] = {}
+                for dt in _CAP_DTYPES:
+                    if dt == "bfloat16":
+                        arr = bfloat16_view(np.zeros(256, np.uint16))
+                        res = bfloat16_view(np.zeros(256, np.uint16))
+                    else:
+                        arr, res = np.zeros(256, dt), np.zeros(256, dt)
+                    try:
+                        getattr(mod, f"cap_{op}").compile(arr, arr, res, backend=b, BLOCK=256)
+                        out[b][op][dt] = "ok"
+                    except Exception as e:
+                        msg = [t for t in str(e).splitlines() if t.strip()] or [""]
+                        out[b][op][dt] = f"{type(e).__name__}: {msg[-1].strip()[:100]}"
+                bar.step(f"{b} {op}")
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def format_matrix(m: dict[str, dict[str, dict[str, str]]]) -> str:
+    lines = ["capabilities (compiled per op x dtype; + compiles, - does not):"]
+    for b, ops in m.items():
+        dts = list(next(iter(ops.values()), {}))
+        lines.append(f"  {b}:")
+        short = {v: k for k, v in _SHORT_DTYPES.items() if len(k) <= 4 and k[0] in "fbi"}
+        lines.append(f"    {'op':<10} " + " ".join(f"{short.get(d, d)[:5]:>5}" for d in dts))
+        for op, row in ops.items():
+            lines.append(f"    {op:<10} " + " ".join(
+                f"{'+' if row[d] == 'ok' else '-':>5}" for d in dts))
+    return "\n".join(lines)

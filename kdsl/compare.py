@@ -281,12 +281,13 @@ def record_launches(dry: bool = False) -> Iterator[list[Launch]]:
     orig = JITFunction._run
     launches: list[Launch] = []
 
-    def _run(self, grid, args, kwargs, backend, num_warps, check):
+    # extra launch options (added to `_run` over time) pass through untouched
+    def _run(self, grid, args, kwargs, backend, num_warps, check, *more, **more_kw):
         launches.append(Launch(self, grid, tuple(args), dict(kwargs), backend, num_warps))
         if dry:
             return self.compile(*args, backend=backend, num_warps=num_warps, check=check,
                                 **kwargs)
-        return orig(self, grid, args, kwargs, backend, num_warps, check)
+        return orig(self, grid, args, kwargs, backend, num_warps, check, *more, **more_kw)
 
     JITFunction._run = _run
     try:
@@ -712,3 +713,104 @@ def run_bundle(folder: str | os.PathLike, backends: Sequence[str] | None = None)
                          bundle=False, **kwargs)
     print(report.table())
     return 0 if report.passed else 1
+
+
+# ------------------------------------------------------------------------------ library cases
+
+@dataclass(frozen=True)
+class Case:
+    """Default inputs and costs of one library kernel (for `kdsl compare` and `kdsl bench`).
+
+    `make(shape, dtype, rng) -> (args, kwargs)`; `k(shape)` is the reduction length behind
+    each output (the tolerance's k); `flops(shape)` and `bytes(shape, itemsize)` the work and
+    the minimum memory traffic; `sweep(size) -> shape` the shapes of a size sweep."""
+
+    make: Callable[[tuple, Any, Any], tuple[tuple, dict]]
+    shape: tuple[int, ...]
+    k: Callable[[tuple], int]
+    flops: Callable[[tuple], float]
+    bytes: Callable[[tuple, int], float]
+    sweep: Callable[[int], tuple]
+
+
+def _r(rng: Any, shape: tuple, dtype: Any) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _make_decode(s: tuple, dt: Any, rng: Any) -> tuple[tuple, dict]:
+    batch, heads, dim, seq, block = s
+    nblk = -(-seq // block)
+    table = rng.permutation(batch * nblk).reshape(batch, nblk).astype(np.int32)
+    kc = _r(rng, (batch * nblk, block, heads, dim), dt)
+    vc = _r(rng, (batch * nblk, block, heads, dim), dt)
+    lens = np.full(batch, seq, np.int32)
+    return (_r(rng, (batch, heads, dim), dt), kc, vc, table, lens), {}
+
+
+def _make_quant(s: tuple, dt: Any, rng: Any) -> tuple[tuple, dict]:
+    m, n, k, group = s
+    wq = rng.integers(-127, 128, (k, n)).astype(np.int8)
+    scales = (rng.random((k // group, n)) * 0.02).astype(np.float32)
+    return (_r(rng, (m, k), dt), wq, scales, group, 8), {}
+
+
+#: library kernel name -> its case; shapes: softmax/norms (rows, cols), matmul (M, N, K),
+#: mlp (tokens, d, hidden), attention (batch, heads, seq, dim), decode_attention
+#: (batch, heads, dim, seq, block), quant_matmul (M, N, K, group)
+CASES: dict[str, Case] = {
+    "softmax": Case(lambda s, dt, g: ((_r(g, s, dt),), {}), (64, 1000), lambda s: s[-1],
+                    lambda s: 5.0 * s[0] * s[1], lambda s, b: 2.0 * s[0] * s[1] * b,
+                    lambda n: (256, n)),
+    "layer_norm": Case(lambda s, dt, g: ((_r(g, s, dt), _r(g, s[-1:], dt), _r(g, s[-1:], dt)),
+                                         {}), (64, 1000), lambda s: s[-1],
+                       lambda s: 8.0 * s[0] * s[1], lambda s, b: 2.0 * s[0] * s[1] * b,
+                       lambda n: (256, n)),
+    "rms_norm": Case(lambda s, dt, g: ((_r(g, s, dt), _r(g, s[-1:], dt)), {}), (64, 1000),
+                     lambda s: s[-1], lambda s: 4.0 * s[0] * s[1],
+                     lambda s, b: 2.0 * s[0] * s[1] * b, lambda n: (256, n)),
+    "matmul": Case(lambda s, dt, g: ((_r(g, (s[0], s[2]), dt), _r(g, (s[2], s[1]), dt)), {}),
+                   (128, 96, 160), lambda s: s[2], lambda s: 2.0 * s[0] * s[1] * s[2],
+                   lambda s, b: (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]) * b,
+                   lambda n: (n, n, n)),
+    "mlp": Case(lambda s, dt, g: ((_r(g, (s[0], s[1]), dt), _r(g, (s[1], s[2]), dt) * 0.1,
+                                   _r(g, (s[1], s[2]), dt) * 0.1,
+                                   _r(g, (s[2], s[1]), dt) * 0.1), {}),
+                (32, 64, 128), lambda s: s[1] + s[2], lambda s: 6.0 * s[0] * s[1] * s[2],
+                lambda s, b: (2 * s[0] * s[1] + 3 * s[1] * s[2]) * b,
+                lambda n: (n, n, 2 * n)),
+    "attention": Case(lambda s, dt, g: ((_r(g, s, dt), _r(g, s, dt), _r(g, s, dt)), {}),
+                      (1, 2, 64, 32), lambda s: s[2] + s[3],
+                      lambda s: 4.0 * s[0] * s[1] * s[2] * s[2] * s[3],
+                      lambda s, b: 4.0 * s[0] * s[1] * s[2] * s[3] * b,
+                      lambda n: (1, 4, n, 64)),
+    "decode_attention": Case(_make_decode, (2, 2, 32, 40, 16), lambda s: s[3] + s[2],
+                             lambda s: 4.0 * s[0] * s[1] * s[3] * s[2],
+                             lambda s, b: 2.0 * s[0] * s[1] * s[3] * s[2] * b,
+                             lambda n: (4, 8, 64, n, 16)),
+    "quant_matmul": Case(_make_quant, (16, 64, 128, 32), lambda s: s[2],
+                         lambda s: 2.0 * s[0] * s[1] * s[2],
+                         lambda s, b: s[0] * s[2] * b + s[2] * s[1] + s[0] * s[1] * b,
+                         lambda n: (16, n, n, 32)),
+}
+
+
+def library_kernels() -> list[str]:
+    """Names of the library kernels present in `kdsl.kernels` (the library grows meanwhile)."""
+    try:
+        import kdsl.kernels as K
+    except Exception:
+        return []
+    return [n for n in CASES if callable(getattr(K, n, None))]
+
+
+def compare_case(name: str, shape: tuple | None = None, dtype: str = "float32",
+                 backends: Sequence[str] | None = None, seed: int = 0,
+                 **opts: Any) -> CompareReport:
+    """`compare` a library kernel on its default (or given) shape."""
+    case = CASES[name]
+    shape = tuple(shape or case.shape)
+    args, kwargs = case.make(shape, np.dtype(dtype), np.random.default_rng(seed))
+    cmd = (f"kdsl compare {name} --shape {','.join(map(str, shape))} --dtype {dtype}"
+           + (f" --backends {','.join(backends)}" if backends else ""))
+    return compare(name, args, backends, reduction_size=case.k(shape), repro_command=cmd,
+                   **opts, **kwargs)

@@ -140,3 +140,16 @@ def dequantize(w_q: Any, scales: Any, group_size: int, bits: int) -> np.ndarray:
 def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
                  backend: str | None = None) -> np.ndarray:
     return to_float64(x) @ dequantize(w_q, scales, group_size, bits)
+
+
+def cast(x: Any, dtype: str) -> Any:
+    """`x` (NumPy) rounded to `dtype` ("float32", "float16", "bfloat16", ...) in the spelling
+    the library takes: bfloat16 becomes a `bfloat16_view` of uint16 bits (round to nearest
+    even), other dtypes a NumPy array."""
+    if dtype != "bfloat16":
+        return np.ascontiguousarray(np.asarray(x, dtype=dtype))
+    from kdsl.runtime.binding import bfloat16_view
+
+    b = np.ascontiguousarray(np.asarray(x, np.float32)).view(np.uint32)
+    bits = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    return bfloat16_view(bits.astype(np.uint16))

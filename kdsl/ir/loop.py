@@ -409,8 +409,8 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
                 out.append(f"{pad}# {t}")
             case Intrinsic(name=n, args=a, results=r):
                 lhs = ", ".join(v.name for v in r)
-                out.append(f"{pad}{lhs}{' = ' if r else ''}{n}"
-                           f"({', '.join(format_expr(x) for x in a)})")
+                args = ", ".join(format_expr(x) for x in a)
+                out.append(f"{pad}{lhs}{' = ' if r else ''}{n}({args})")
             case _:
                 raise TypeError(f"unknown statement {s!r}")
     return out

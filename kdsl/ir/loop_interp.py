@@ -3,8 +3,10 @@
 `run_kernel(kernel, grid, args)` executes every program instance of `grid` in turn.  The
 `kernel.threads` threads of a program run as Python generators that yield at each `Barrier`; they
 advance in lock-step from barrier to barrier (a thread that finishes while another waits at a
-barrier is an error: barriers must be reached uniformly).  Register arrays and variables are per
-thread, shared arrays per program; array arguments are NumPy arrays updated in place.
+barrier is an error: barriers must be reached uniformly).  An `Intrinsic` runs through
+`INTRINSICS` (registered by the pass that emits it); a warp intrinsic is a rendezvous of the
+32 lanes of a warp, which must all reach the same statement.  Register arrays and variables are
+per thread, shared arrays per program; array arguments are NumPy arrays updated in place.
 
 Values are NumPy scalars of their Loop IR type (so integers wrap); a pointer is a tuple
 (argument index, element offset).  The semantics are those stated in kdsl/ir/loop.py: Round to

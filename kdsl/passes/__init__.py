@@ -10,6 +10,7 @@ from __future__ import annotations
 from kdsl.ir import tile
 
 from .canonicalize import canonicalize
+from .checks import insert_checks
 from .cse import cse, dce
 from .manager import PassError, PassManager, replace_all_uses
 
@@ -20,7 +21,10 @@ TILE_PASSES = [("canonicalize", canonicalize), ("cse", cse), ("dce", dce)]
 def run_tile_passes(fn: tile.Function) -> tuple[tile.Function, dict[str, str]]:
     """Optimise `fn` (in place) and return it with the printed IR of every stage:
     "tile", "tile.canonicalize", "tile.cse", "tile.dce"."""
-    pm = PassManager(TILE_PASSES)
+    # Checked mode (`fn.attrs["check"]`) first adds its bounds and hint checks, which the
+    # optimisation passes then simplify; an unchecked kernel's pipeline is unchanged.
+    checks = [("check", insert_checks)] if fn.attrs.get("check") else []
+    pm = PassManager(checks + TILE_PASSES)
     fn = pm.run(fn)
     return fn, pm.stages
 
@@ -30,6 +34,7 @@ __all__ = [
     "PassError",
     "PassManager",
     "canonicalize",
+    "insert_checks",
     "cse",
     "dce",
     "replace_all_uses",

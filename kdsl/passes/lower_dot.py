@@ -16,6 +16,7 @@ accumulator is accumulated in float32 and rounded once at the end.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from kdsl.ir import tile
 from kdsl.ir.loop import ArrayStore, Assign, Binary, Cast, Expr, Fma, For, Index, Stmt
@@ -23,6 +24,8 @@ from kdsl.ir.types import int32
 from kdsl.target import Target
 
 from . import lower_index as ix
+from .lower_dot_cpu import cpu_dot
+from .lower_dot_mma import tensor_core_dot
 from .lower_elementwise import HALF, register_type, rounded
 
 DotStrategy = Callable[[object, tile.Op], None]
@@ -91,7 +94,12 @@ def rows_dot(L, op: tile.Op) -> None:
 
 
 # Capability -> strategy, first match wins (tensor cores, CPU micro-kernels plug in here).
-DOT_STRATEGIES: dict[str, DotStrategy] = {}
+DOT_STRATEGIES: dict[str, DotStrategy] = {
+    # warp-level mma where types and shapes allow it, else the generic strategy
+    "tensor_cores": partial(tensor_core_dot, fallback=generic_dot),
+    # one thread (the CPU): register-blocked micro-kernel (lower_dot_cpu.py)
+    "cpu_microkernel": cpu_dot,
+}
 
 
 def dot_strategy(target: Target) -> DotStrategy:

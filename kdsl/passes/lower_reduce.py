@@ -106,6 +106,9 @@ def reduce_loop(L, kind: str, t: DType, src: Array, src_idx: Array | None,
     """Append `acc = reduce(src[index(r)] for r in range(lo, hi, step))` to `out`.
     Indices come from `src_idx` when given (partials), else they are r itself."""
     acc = Acc(L.var("acc", t), L.var("acc_i", int32) if kind.startswith("arg") else None)
+    if _use_partials(L, kind, t, lo, hi, step):
+        _partial_sum(L, t, src, index, hi, acc.val, out)
+        return acc
     out.append(Assign(acc.val, identity(kind, t)))
     if acc.idx is not None:
         out.append(Assign(acc.idx, Const(INT32_MAX, int32)))
@@ -121,6 +124,40 @@ def reduce_loop(L, kind: str, t: DType, src: Array, src_idx: Array | None,
     combine(L, kind, acc, x, xi, body)
     out.append(For(r, lo, ix.c32(hi), ix.c32(step), body))
     return acc
+
+
+# Float sums on one thread (the CPU) with the "reduce_partials" capability: PARTIALS running
+# sums, element r going to partial r % PARTIALS, then the partials added in order.  A serial
+# float sum cannot be vectorised (every add waits for the previous one); PARTIALS independent
+# lanes fill several SIMD registers.  This is a fixed, documented order (the same on every run
+# and every CPU), not fast-math: only the order of this reduction's additions changes.
+PARTIALS = 64
+
+
+def _use_partials(L, kind: str, t: DType, lo: Expr, hi: int, step: int) -> bool:
+    return (L.T == 1 and kind == "sum" and t.is_float and step == 1 and hi >= 2 * PARTIALS
+            and isinstance(lo, Const) and lo.value == 0 and L.target.has("reduce_partials"))
+
+
+def _partial_sum(L, t: DType, src: Array, index: Callable[[Expr], Expr], hi: int, acc: Var,
+                 out: list[Stmt]) -> None:
+    V = PARTIALS
+    part = L.array("part", t, V)
+    j, rb = L.var("j", int32), L.var("rb", int32)
+    zero = identity("sum", t)
+    out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1), [ArrayStore(part, j, zero)]))
+    full = hi - hi % V
+    r = ix.add(rb, j)
+    body = [ArrayStore(part, j, Binary("add", Index(part, j), Index(src, index(r))))]
+    out.append(For(rb, ix.c32(0), ix.c32(full), ix.c32(V),
+                   [For(j, ix.c32(0), ix.c32(V), ix.c32(1), body)]))
+    if hi > full:  # the tail goes to the first partials
+        tail = [ArrayStore(part, j, Binary("add", Index(part, j),
+                                           Index(src, index(ix.add(j, ix.c32(full))))))]
+        out.append(For(j, ix.c32(0), ix.c32(hi - full), ix.c32(1), tail))
+    out.append(Assign(acc, zero))
+    out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1),
+                   [Assign(acc, Binary("add", acc, Index(part, j)))]))
 
 
 def lower_reduce(L, op: tile.Op) -> None:

@@ -62,6 +62,8 @@ class CompiledKernel:
         self._handle = handle
         self._launch = backend.launch
         self._stored = _stored_indices(kernel)
+        #: checked mode's site table and hidden parameters (kdsl/passes/checks.py), or None
+        self.checks = (getattr(kernel, "attrs", None) or {}).get("checks")
         #: called with the built handle after a lazy build (the disk cache stores the binary)
         self.on_built: Callable[[CompiledKernel], None] | None = None
 
@@ -87,6 +89,13 @@ class CompiledKernel:
         if len(grid) != 3:
             from .binding import normalize_grid
             grid = normalize_grid(grid)
+        if self.checks is not None:  # hidden arguments in, error record out
+            from .checked import run_checked
+            run_checked(self.checks, self._run_bound, grid, args)
+            return
+        self._run_bound(grid, args)
+
+    def _run_bound(self, grid: tuple[int, int, int], args: list[BoundArg]) -> None:
         for i in self._stored:
             host = args[i].host
             if host is not None and not host.flags.writeable:
@@ -129,6 +138,8 @@ def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps
         from kdsl.ir.loop import print_kernel
         from kdsl.passes.lower_tiles import lower
         kernel = lower(fn, be.target(num_warps))
+        if "checks" in fn.attrs:  # checked mode's site table travels with the kernel
+            kernel.attrs["checks"] = fn.attrs["checks"]
         ir["loop"] = print_kernel(kernel)
     be.add_stages(kernel, ir)
     source = be.codegen(kernel)

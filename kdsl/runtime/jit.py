@@ -1,6 +1,6 @@
 """`@kd.jit` and `JITFunction`: specialisation, the in-memory cache and the launch path.
 
-    kernel[grid](*args, backend=None, num_warps=4, check=False, **constexprs)
+    kernel[grid](*args, backend=None, num_warps=4, check=False, poison=False, **constexprs)
     kernel.run(*args, grid=grid, ...)          # the same
     kernel.compile(*args, backend=..., **constexprs) -> CompiledKernel, not run
 
@@ -102,11 +102,12 @@ class JITFunction:
 
     def run(self, *args: Any, grid: Any, backend: str | None = None,
             num_warps: int | None = None, check: bool | None = None,
-            **kwargs: Any) -> CompiledKernel:
+            poison: bool | None = None, **kwargs: Any) -> CompiledKernel:
         """Launch on `grid`; returns the compiled kernel that ran."""
-        return self._run(grid, args, kwargs, backend, num_warps, check)
+        return self._run(grid, args, kwargs, backend, num_warps, check, poison)
 
-    def _run(self, grid, args, kwargs, backend, num_warps, check) -> CompiledKernel:
+    def _run(self, grid, args, kwargs, backend, num_warps, check,
+             poison=None) -> CompiledKernel:
         values, sigs, bound, cx, backend, num_warps, check = self._specialise(
             args, kwargs, backend, num_warps, check)
         g = normalize_grid(grid, lambda: dict(zip(self.signature.names, values)))
@@ -121,6 +122,11 @@ class JITFunction:
         if ck._handle is None:  # compiled by compile(): check the backend can run here
             from .registry import require_backend
             require_backend(backend)
+        if poison or (poison is None and getenv("KDSL_POISON") not in (None, "", "0")):
+            # NaN poison (kdsl/runtime/checked.py): overwrite every output before the launch
+            from .checked import poison as fill_poison
+            from .checked import stored_indices
+            fill_poison(bound, stored_indices(ck))
         ck.run(g, bound)
         return ck
 
@@ -222,8 +228,9 @@ class _Launcher:
         self.grid = grid
 
     def __call__(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
-                 check: bool | None = None, **kwargs: Any) -> CompiledKernel:
-        return self.jit._run(self.grid, args, kwargs, backend, num_warps, check)
+                 check: bool | None = None, poison: bool | None = None,
+                 **kwargs: Any) -> CompiledKernel:
+        return self.jit._run(self.grid, args, kwargs, backend, num_warps, check, poison)
 
 
 def jit(fn: Callable | None = None, *, num_warps: int | None = None,

@@ -1,0 +1,331 @@
+"""Checked mode: the Tile IR pass that bounds-checks every memory access and verifies hints.
+
+`insert_checks(fn)` runs first in the tile pipeline when `fn.attrs["check"]` is set (a launch
+with `check=True` or `KDSL_CHECK=1`); an unchecked specialisation never sees it and pays nothing.
+It appends hidden runtime parameters after the user's ones:
+
+  kd_extent_<p>  int64        one per pointer parameter p: the number of elements of p's array
+  kd_errors      ptr<int64>   the error record (ERROR_WORDS words, zeroed by the runtime)
+
+and, before every `load`/`store`/`atomic_add` whose pointer derives from exactly one pointer
+parameter p (through addptr, shape ops, casts, `where`, loop carries and branch results):
+
+  off  = ptr_offset(ptr, p)                  # int64 element offset from p's start
+  ok   = off >= 0 & off < kd_extent_<p>
+  bad  = mask & !ok                          # masked-off lanes are never reported
+  mask = mask & ok                           # so nothing is read or written out of range
+  if any(bad): if atomic_add(kd_errors[0], 1) == 0: kd_errors[1:6] = site, pid0..2, off
+
+The first violating lane (row-major) of the first program to claim the flag is recorded;
+`kdsl/runtime/checked.py` reads the record after the launch and raises `OutOfBoundsError`.
+`multiple_of`/`max_contiguous` hints on integer values are verified the same way (a broken
+promise is a site of kind "multiple_of"/"max_contiguous"); the record's value is the offending
+value (multiple_of) or the flat index of the first non-contiguous run (max_contiguous).
+
+Hint semantics checked (Triton's): with `c = max_contiguous` of the value (1 when absent),
+elements come in runs of `c` consecutive integers along the last dimension, and the first
+element of each run is a multiple of `multiple_of`.  Hints given per dimension (tuples) are not
+checked.  A pointer whose origin is ambiguous (a `where` between two parameters) is not checked
+by this pass; the `interp` backend still refuses such an access.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kdsl.ir import tile
+from kdsl.ir.types import DType, PointerType, TileType, int1, int32, int64
+
+ERROR_PARAM = "kd_errors"
+EXTENT_PREFIX = "kd_extent_"
+#: words of the error record: flag (violations seen), site, pid0, pid1, pid2, value
+ERROR_WORDS = 8
+ACCESS_KINDS = ("load", "store", "atomic_add")
+#: index of the mask operand of each access kind
+_MASK_AT = {"load": 1, "store": 2, "atomic_add": 2}
+
+
+@dataclass(frozen=True)
+class Site:
+    """One checked place: an access ("load", "store", "atomic_add") through argument `arg`,
+    or a hint ("multiple_of", "max_contiguous") with its promised `amount`."""
+
+    kind: str
+    file: str
+    line: int
+    text: str
+    arg: str | None = None
+    amount: int | None = None
+
+
+# --------------------------------------------------------------------------- pointer origins
+
+
+def pointer_roots(fn: tile.Function) -> dict[int, frozenset[int]]:
+    """Value id -> indices of the runtime parameters a pointer value may derive from (a
+    fixpoint over pointer-carrying ops, loop carries and branch results)."""
+    src: dict[int, frozenset[int]] = {}
+    for i, p in enumerate(fn.runtime_params):
+        if p.type.is_ptr:
+            src[p.value.id] = frozenset({i})
+
+    def get(v: tile.Value) -> frozenset[int]:
+        return src.get(v.id, frozenset())
+
+    def join(v: tile.Value, s: frozenset[int]) -> bool:
+        old = get(v)
+        if s <= old:
+            return False
+        src[v.id] = old | s
+        return True
+
+    def carry(results, args, inits, yields) -> bool:
+        changed = False
+        for i, r in enumerate(results):
+            s = (get(inits[i]) if i < len(inits) else frozenset()) | (
+                get(yields[i]) if i < len(yields) else frozenset())
+            changed |= join(r, s)
+            if i < len(args):
+                changed |= join(args[i], s)
+        return changed
+
+    changed = True
+    while changed:
+        changed = False
+        for op in fn.walk():
+            k = op.kind
+            if k in ("addptr", "splat", "broadcast", "reshape", "trans", "hint", "cast",
+                     "bitcast") and op.results:
+                changed |= join(op.results[0], get(op.operands[0]))
+            elif k == "where":
+                changed |= join(op.results[0], get(op.operands[1]) | get(op.operands[2]))
+            elif k == "for":
+                body = op.regions[0]
+                ys = body.terminator.operands if body.terminator else []
+                changed |= carry(op.results, body.args[1:], op.operands[3:], ys)
+            elif k == "while":
+                cond, body = op.regions
+                ys = body.terminator.operands if body.terminator else []
+                cs = cond.terminator.operands[1:] if cond.terminator else []
+                changed |= carry(cond.args, cond.args, op.operands, ys)
+                changed |= carry(op.results, body.args, cs, [])
+            elif k == "if":
+                for region in op.regions:
+                    if region.terminator:
+                        for r, y in zip(op.results, region.terminator.operands):
+                            changed |= join(r, get(y))
+    return src
+
+
+# ------------------------------------------------------------------------------- building
+
+
+class _Emit:
+    """Appends new ops (all at one source location) to a list."""
+
+    def __init__(self, ops: list[tile.Op], loc: tile.Loc):
+        self.ops = ops
+        self.loc = loc
+
+    def op(self, kind: str, operands: list[tile.Value], t: TileType | None = None,
+           regions: list[tile.Block] | None = None, **attrs: Any) -> tile.Value | None:
+        o = tile.Op(kind, operands, [t] if t is not None else [], attrs, regions, self.loc)
+        self.ops.append(o)
+        return o.results[0] if o.results else None
+
+    def const(self, value: Any, shape: tuple[int, ...], elem: DType) -> tile.Value:
+        return self.op("const", [], TileType(shape, elem), value=value)
+
+    def splat(self, x: tile.Value, shape: tuple[int, ...]) -> tile.Value:
+        return x if not shape else self.op("splat", [x], TileType(shape, x.elem))
+
+    def binary(self, kind: str, a: tile.Value, b: tile.Value) -> tile.Value:
+        elem = int1 if kind in tile.COMPARE_OPS else a.elem
+        return self.op(kind, [a, b], TileType(a.shape, elem))
+
+    def flat(self, x: tile.Value) -> tile.Value:
+        n = x.type.numel
+        return x if x.shape == (n,) else self.op("reshape", [x], TileType((n,), x.elem))
+
+
+class _Checker:
+    def __init__(self, fn: tile.Function):
+        self.fn = fn
+        self.roots = pointer_roots(fn)
+        self.sites: list[Site] = []
+        rparams = fn.runtime_params
+        taken = {p.name for p in fn.params}
+
+        def add(name: str, t: TileType) -> tile.Value:
+            while name in taken:
+                name = "_" + name
+            taken.add(name)
+            v = fn.body.add_arg(t, name)
+            fn.params.append(tile.Param(name, t, value=v))
+            return v
+
+        self.params = rparams
+        self.extent_of: dict[int, tile.Value] = {}
+        for i, p in enumerate(rparams):
+            if p.type.is_ptr:
+                self.extent_of[i] = add(EXTENT_PREFIX + p.name, TileType((), int64))
+        self.errors = add(ERROR_PARAM, TileType((), PointerType(int64)))
+        self.hints = _hint_chains(fn)
+        self.hints_done: set[int] = set()
+
+    def site(self, op: tile.Op, kind: str, arg: str | None = None,
+             amount: int | None = None) -> int:
+        loc = op.loc
+        self.sites.append(Site(kind, loc.file, loc.line, loc.text.strip(), arg, amount))
+        return len(self.sites) - 1
+
+    # -- rewriting
+
+    def block(self, block: tile.Block) -> None:
+        out: list[tile.Op] = []
+        for op in block.ops:
+            for r in op.regions:
+                self.block(r)
+            if op.kind in ACCESS_KINDS:
+                self.access(op, out)
+            out.append(op)
+            if op.kind == "hint":
+                self.hint(op, out)
+        block.ops = out
+
+    def access(self, op: tile.Op, out: list[tile.Op]) -> None:
+        ptr = op.operands[0]
+        roots = self.roots.get(ptr.id, frozenset())
+        if len(roots) != 1:
+            return
+        (i,) = roots
+        base = self.params[i].value
+        if base.elem != ptr.elem:  # a pointer bitcast to another pointee: offsets differ
+            return
+        b = _Emit(out, op.loc)
+        shape = ptr.shape
+        off = b.op("ptr_offset", [ptr, b.splat(base, shape)], TileType(shape, int64))
+        ok = b.binary("and", b.binary("ge", off, b.const(0, shape, int64)),
+                      b.binary("lt", off, b.splat(self.extent_of[i], shape)))
+        at = _MASK_AT[op.kind]
+        mask = op.operands[at] if len(op.operands) > at else None
+        bad = b.op("not", [ok], ok.type)
+        if mask is not None:
+            bad = b.binary("and", mask, bad)
+            op.operands[at] = b.binary("and", mask, ok)
+        elif op.kind == "load":
+            pointee = ptr.elem.pointee
+            op.operands += [ok, b.const(False if pointee.is_bool else 0, shape, pointee)]
+        else:
+            op.operands.append(ok)
+        self.record(b, bad, off, self.site(op, op.kind, self.params[i].name))
+
+    def hint(self, op: tile.Op, out: list[tile.Op]) -> None:
+        root = _hint_root(op.result)
+        if root.id in self.hints_done or root.id not in self.hints:
+            return
+        self.hints_done.add(root.id)
+        attrs = self.hints[root.id]
+        x = root
+        if not isinstance(x.elem, DType) or not x.elem.is_int or x.elem.is_bool:
+            return
+        b = _Emit(out, op.loc)
+        mult, contig = attrs.get("multiple_of"), attrs.get("max_contiguous")
+        last = x.shape[-1] if x.shape else 1
+        c = min(contig, last) if isinstance(contig, int) and contig > 1 else 1
+        if c > 1 and last % c:
+            c = 1  # runs that do not tile the last dim are not checked
+        start = x  # the first value of each element's run
+        if c > 1:
+            lane = b.op("iota", [], TileType(x.shape, int32), axis=x.type.rank - 1, start=0)
+            pos = b.binary("mod", lane, b.const(c, x.shape, int32))
+            pos = b.op("cast", [pos], TileType(x.shape, x.elem)) if x.elem != int32 else pos
+            start = b.binary("sub", x, pos)
+            # contiguity: x - position-in-run is constant over each run
+            runs = b.op("reshape", [start], TileType((x.type.numel // c, c), x.elem))
+            hi = b.op("reduce", [runs], TileType((x.type.numel // c,), x.elem), op="max",
+                      axis=1)
+            lo = b.op("reduce", [runs], TileType((x.type.numel // c,), x.elem), op="min",
+                      axis=1)
+            first = b.op("iota", [], TileType((x.type.numel // c,), int32), axis=0, start=0)
+            index = b.binary("mul", first, b.const(c, first.shape, int32))
+            self.record(b, b.binary("ne", hi, lo), b.op("cast", [index], TileType(
+                first.shape, int64)), self.site(op, "max_contiguous", amount=contig))
+        if isinstance(mult, int) and mult > 1:
+            rem = b.binary("mod", start, b.const(mult, x.shape, x.elem))
+            bad = b.binary("ne", rem, b.const(0, x.shape, x.elem))
+            value = start if x.elem == int64 else b.op("cast", [start], TileType(x.shape, int64))
+            self.record(b, bad, value, self.site(op, "multiple_of", amount=mult))
+
+    # -- the error record
+
+    def record(self, b: _Emit, bad: tile.Value, value: tile.Value, site: int) -> None:
+        """if any(bad): the first program to claim the flag writes (site, pids, value of the
+        first bad lane in row-major order)."""
+        if bad.shape:
+            n = bad.type.numel
+            flat_bad, flat_val = b.flat(bad), b.flat(value)
+            lane = b.op("iota", [], TileType((n,), int32), axis=0, start=0)
+            first = b.op("reduce", [b.op("where", [flat_bad, lane, b.const(n, (n,), int32)],
+                                         lane.type)], TileType((), int32), op="min", axis=0)
+            anybad = b.binary("lt", first, b.const(n, (), int32))
+            pick = b.binary("eq", lane, b.splat(first, (n,)))
+            value = b.op("reduce", [b.op("where", [pick, flat_val, b.const(0, (n,), int64)],
+                                         flat_val.type)], TileType((), int64), op="sum", axis=0)
+        else:
+            anybad = bad
+        then = tile.Block()
+        t = _Emit(then.ops, b.loc)
+        old = t.op("atomic_add", [self.errors, t.const(1, (), int64)], TileType((), int64))
+        claim = tile.Block()
+        c = _Emit(claim.ops, b.loc)
+        words = [c.const(site, (), int64)]
+        for axis in range(3):
+            pid = c.op("program_id", [], TileType((), int32), axis=axis)
+            words.append(c.op("cast", [pid], TileType((), int64)))
+        words.append(value)
+        for k, w in enumerate(words, start=1):
+            p = c.op("addptr", [self.errors, c.const(k, (), int32)], self.errors.type)
+            c.op("store", [p, w])
+        c.op("yield", [])
+        t.op("if", [t.binary("eq", old, t.const(0, (), int64))], None,
+             [claim, tile.Block(ops=[tile.Op("yield", [], loc=b.loc)])])
+        t.op("yield", [])
+        b.op("if", [anybad], None, [then, tile.Block(ops=[tile.Op("yield", [], loc=b.loc)])])
+
+
+def _hint_root(v: tile.Value) -> tile.Value:
+    while isinstance(v.owner, tile.Op) and v.owner.kind == "hint":
+        v = v.owner.operands[0]
+    return v
+
+
+def _hint_chains(fn: tile.Function) -> dict[int, dict[str, Any]]:
+    """Root value id -> the hints given on it through any chain of `hint` ops."""
+    out: dict[int, dict[str, Any]] = {}
+    for op in fn.walk():
+        if op.kind == "hint":
+            out.setdefault(_hint_root(op.result).id, {}).update(op.attrs)
+    return out
+
+
+def insert_checks(fn: tile.Function) -> tile.Function:
+    """Add the bounds and hint checks (a no-op unless `fn.attrs["check"]`); records the
+    hidden parameters and the site table in `fn.attrs["checks"]` for the runtime."""
+    if not fn.attrs.get("check") or "checks" in fn.attrs:
+        return fn
+    c = _Checker(fn)
+    c.block(fn.body)
+    fn.attrs["checks"] = {
+        "sites": tuple(c.sites),
+        # runtime param index (in the user's order) of each hidden extent, in order
+        "extents": tuple(c.extent_of),
+        "kernel": fn.name,
+        "nparams": len(c.params),
+    }
+    return fn
+
+
+__all__ = ["ACCESS_KINDS", "ERROR_PARAM", "ERROR_WORDS", "EXTENT_PREFIX", "Site",
+           "insert_checks", "pointer_roots"]

@@ -1,0 +1,130 @@
+"""The launch side of the debugging modes: checked launches and NaN poison.
+
+Checked mode (`check=True`, `KDSL_CHECK=1`): the compiler (`kdsl/passes/checks.py`) appended
+hidden parameters to the kernel and recorded `attrs["checks"]`.  `run_checked` appends their
+values (the element count of each array argument, then a zeroed int64 error record), launches,
+reads the record back and raises `kd.OutOfBoundsError` naming the kernel, the source file, line
+and text, the argument, the program id and the offending offset (or the broken hint).
+
+NaN poison (`poison=True`, `KDSL_POISON=1`): before the launch, every array the kernel stores
+to is filled with NaN (float types) or the byte 0x7f repeated (integers, 0x7f7f7f7f for int32),
+so elements the kernel never writes stand out.  It overwrites the outputs' previous contents:
+a debugging option, never for kernels that read-modify-write their outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kdsl.backends.base import BoundArg
+from kdsl.errors import OutOfBoundsError
+from kdsl.ir import types as T
+from kdsl.passes.checks import ERROR_PARAM, ERROR_WORDS, EXTENT_PREFIX, Site
+
+Launch = Callable[[tuple[int, int, int], list[BoundArg]], None]
+
+
+def hidden_args(info: dict[str, Any], args: list[BoundArg]) -> tuple[list[BoundArg], np.ndarray]:
+    """The hidden arguments of a checked kernel for the user's bound `args`, and the error
+    record they include."""
+    if len(args) != info["nparams"]:
+        raise TypeError(f"kernel {info['kernel']!r} takes {info['nparams']} runtime arguments, "
+                        f"got {len(args)}")
+    extra = []
+    for i in info["extents"]:
+        a = args[i]
+        if a.kind != "array":
+            raise TypeError(f"argument {a.name!r}: the kernel was compiled for an array here, "
+                            f"got a scalar")
+        extra.append(BoundArg(EXTENT_PREFIX + a.name, "scalar", T.int64, int(a.numel)))
+    record = np.zeros(ERROR_WORDS, dtype=np.int64)
+    extra.append(BoundArg(ERROR_PARAM, "array", T.int64, record, record, record.nbytes,
+                          record.size))
+    return extra, record
+
+
+def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]) -> OutOfBoundsError:
+    """The exception describing the violation in a non-zero error `record`."""
+    count, site_id, p0, p1, p2, value = (int(x) for x in record[:6])
+    site: Site = info["sites"][site_id]
+    kernel = info["kernel"]
+    where = f"{site.file}:{site.line}"
+    text = f"\n    {site.text}" if site.text else ""
+    pid = (p0, p1, p2)
+    if site.kind in ("load", "store", "atomic_add"):
+        extent = next((a.numel for a in args if a.name == site.arg), None)
+        bounds = f" outside [0, {extent})" if extent is not None else ""
+        msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"
+               f"argument {site.arg!r}: element offset {value}{bounds}, in program_id {pid}")
+    elif site.kind == "multiple_of":
+        msg = (f"kernel {kernel!r}: broken hint at {where}{text}\n"
+               f"multiple_of({site.amount}): value {value} is not a multiple of {site.amount}, "
+               f"in program_id {pid}")
+    else:
+        msg = (f"kernel {kernel!r}: broken hint at {where}{text}\n"
+               f"max_contiguous({site.amount}): the run starting at element {value} is not "
+               f"contiguous, in program_id {pid}")
+    if count > 1:
+        msg += f" ({count} checks failed in all; the first recorded is shown)"
+    err = OutOfBoundsError(msg)
+    err.kernel, err.file, err.line, err.source = kernel, site.file, site.line, site.text
+    err.kind, err.arg, err.program_id, err.offset = site.kind, site.arg, pid, value
+    return err
+
+
+def run_checked(info: dict[str, Any], launch: Launch, grid: tuple[int, int, int],
+                args: list[BoundArg]) -> None:
+    """Launch a checked kernel with its hidden arguments; raise on a recorded violation."""
+    extra, record = hidden_args(info, args)
+    launch(grid, list(args) + extra)
+    if record[0]:
+        raise violation(info, record, args)
+
+
+# ------------------------------------------------------------------------------ NaN poison
+
+def poison_value(dtype: T.DType) -> tuple[np.dtype, Any]:
+    """(storage dtype, fill value) that marks an element as never written."""
+    if dtype.name == "bfloat16":
+        return np.dtype(np.uint16), 0x7FC0  # a quiet NaN's bits
+    if dtype.is_float:
+        return dtype.np, np.nan
+    if dtype.is_bool:
+        return np.dtype(np.uint8), 0x7F
+    bits = dtype.bits
+    return dtype.np, int.from_bytes(b"\x7f" * (bits // 8), "little")
+
+
+def poison(args: list[BoundArg], stored: tuple[int, ...] | set[int]) -> None:
+    """Fill the arrays at indices `stored` of `args` with the poison of their type."""
+    for i in sorted(stored):
+        if i >= len(args) or args[i].kind != "array":
+            continue
+        a = args[i]
+        dt, fill = poison_value(a.dtype)
+        if a.host is not None:
+            a.host.reshape(-1).view(dt)[...] = fill
+            continue
+        target = a.value
+        if dt != getattr(target, "dtype", dt):
+            target = target.view(dt)
+        target.fill(dt.type(fill))
+
+
+def stored_indices(ck: Any) -> tuple[int, ...]:
+    """User-argument indices the compiled kernel `ck` stores to (tile-level kernels are
+    analysed here: they carry no `stored_params`)."""
+    if ck._stored:
+        return ck._stored
+    kernel = ck.kernel
+    if getattr(kernel, "runtime_params", None) is not None:
+        from kdsl.passes.lower_analysis import stored_params
+        return tuple(sorted(stored_params(kernel)))
+    return ()
+
+
+__all__ = ["hidden_args", "poison", "poison_value", "run_checked", "stored_indices",
+           "violation"]

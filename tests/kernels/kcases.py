@@ -1,0 +1,29 @@
+"""Helpers of the kernel library tests: the dtypes swept, random inputs in the library's
+spellings, and the rule for which cases run by default.
+
+Compiling a kernel variant for PoCL takes seconds (up to ~10 s for fp16 attention), so on
+the opencl backend the float16/bfloat16 variants of the heavier kernels are marked slow
+(`skip_heavy`); llvm and interp run every dtype by default.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kdsl.kernels import reference
+
+DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def rand(rng, shape, dtype, scale=1.0, shift=0.0):
+    """Standard normal values * scale + shift, rounded to `dtype` (library spelling)."""
+    return reference.cast(rng.standard_normal(shape) * scale + shift, dtype)
+
+
+def skip_heavy(backend: str, dtype: str) -> None:
+    """Skip, visibly, a 16-bit variant of a heavy kernel on opencl unless slow tests run."""
+    import os
+
+    if backend == "opencl" and dtype != "float32" and os.environ.get("KDSL_SLOW", "") in ("", "0"):
+        pytest.skip(f"slow: {dtype} variant compiles for seconds on PoCL; set KDSL_SLOW=1")

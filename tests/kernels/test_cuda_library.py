@@ -1,0 +1,81 @@
+"""The CUDA source of every kernel configuration the library launches (per dtype, variant and
+size class, as kernels/configs.py picks them for backend "cuda") is generated with no GPU and
+compiled with NVRTC (or nvcc) for sm_80 and sm_90.
+
+The configurations are collected by calling the library functions with backend="cuda" while
+`kernel[grid](...)` is redirected to `kernel.compile(...)`: the exact arguments, constexprs and
+num_warps the library would launch with, no device needed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kcases import DTYPES, rand
+
+import kdsl as kd
+import kdsl.kernels as K
+from kdsl.backends import cuda
+
+needs_compiler = pytest.mark.skipif(not cuda.compiler_available(),
+                                    reason="neither NVRTC nor nvcc works here")
+
+
+def _calls(dtype: str):
+    """Library calls covering each kernel variant for `dtype`."""
+    rng = np.random.default_rng(0)
+    r = lambda *shape: rand(rng, shape, dtype)  # noqa: E731
+    f32 = np.ones(64, np.float32)
+    yield "softmax_fused", lambda: K.softmax(r(4, 100), backend="cuda")
+    yield "softmax_online", lambda: K.softmax(r(2, 9000), backend="cuda")
+    yield "layer_norm", lambda: K.layer_norm(r(4, 64), f32, f32, backend="cuda")
+    yield "rms_norm", lambda: K.rms_norm(r(4, 64), f32, backend="cuda")
+    for act in (None, "relu", "gelu", "silu"):
+        yield f"matmul_{act}", lambda act=act: K.matmul(r(100, 64), r(64, 100), f32[:1].repeat(100),
+                                                      act, backend="cuda")
+    yield "matmul_small", lambda: K.matmul(r(8, 16), r(16, 8), backend="cuda")
+    yield "mlp", lambda: K.mlp(r(8, 32), r(32, 48), r(32, 48), r(48, 32), backend="cuda")
+    for causal in (False, True):
+        yield f"attention_causal{causal}", lambda causal=causal: K.attention(
+            r(1, 4, 64, 64), r(1, 2, 64, 64), r(1, 2, 64, 64), causal=causal, backend="cuda")
+    table = np.arange(8, dtype=np.int32).reshape(2, 4)
+    yield "decode", lambda: K.decode_attention(
+        r(2, 4, 64), r(8, 16, 2, 64), r(8, 16, 2, 64), table, np.array([30, 64], np.int32),
+        backend="cuda")
+    for bits, w in ((8, np.zeros((64, 32), np.int8)), (4, np.zeros((32, 32), np.uint8))):
+        yield f"quant_int{bits}", lambda bits=bits, w=w: K.quant_matmul(
+            r(8, 64), w, np.ones((2, 32), np.float32), 32, bits, backend="cuda")
+
+
+class _Recorder:
+    def __init__(self, jit, seen):
+        self.jit, self.seen = jit, seen
+
+    def __call__(self, *args, backend=None, num_warps=None, **constexprs):
+        ck = self.jit.compile(*args, backend=backend, num_warps=num_warps, **constexprs)
+        self.seen.append((self.jit.__name__, ck))
+        return ck
+
+
+def _compiled(dtype: str, monkeypatch) -> dict[str, list]:
+    found: dict[str, list] = {}
+    seen: list = []
+    monkeypatch.setattr(kd.JITFunction, "__getitem__", lambda self, grid: _Recorder(self, seen))
+    for name, call in _calls(dtype):
+        seen.clear()
+        call()
+        assert seen, f"{name}: launched no kernel"
+        found[name] = list(seen)
+    return found
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_library_compiles_for_cuda(dtype, monkeypatch):
+    found = _compiled(dtype, monkeypatch)
+    sources = {ck.source: f"{case}:{kernel}" for case, cks in found.items() for kernel, ck in cks}
+    for source, what in sources.items():
+        assert "__global__" in source, what
+        for arch in ("sm_80", "sm_90"):
+            cubin = cuda.compile_cubin(source, arch)
+            assert cubin[:4] == b"\x7fELF", f"{what} ({arch})"

@@ -1,0 +1,56 @@
+"""matmul: every dtype, ragged sizes, bias and each activation, batched, bad inputs."""
+
+import numpy as np
+import pytest
+from kcases import DTYPES, rand, skip_heavy
+
+from kdsl.kernels import matmul
+from kdsl.kernels import reference as R
+from kdsl.testing import assert_close
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dtypes_ragged(backend, rng, dtype):
+    skip_heavy(backend, dtype) if dtype == "bfloat16" else None
+    M, K, N = 37, 45, 29
+    a, b, bias = rand(rng, (M, K), dtype), rand(rng, (K, N), dtype), rand(rng, N, "float32")
+    c = matmul(a, b, bias, activation="gelu", backend=backend)
+    assert_close(R.to_float64(c), R.matmul(a, b, bias, "gelu"), dtype=dtype, k=K)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "silu"])
+def test_activations(backend, rng, activation):
+    a, b = rand(rng, (20, 33), "float32"), rand(rng, (33, 70), "float32")
+    c = matmul(a, b, activation=activation, backend=backend)
+    assert c.dtype == np.float32 and c.shape == (20, 70)
+    assert_close(c, R.matmul(a, b, activation=activation), k=33)
+
+
+def test_large_tiles(backend, rng):
+    if backend == "interp":
+        pytest.skip("interp: covered by the small cases (NumPy per-op cost)")
+    a, b = rand(rng, (130, 100), "float32"), rand(rng, (100, 67), "float32")
+    assert_close(matmul(a, b, backend=backend), R.matmul(a, b), k=100)
+
+
+def test_batched(backend, rng):
+    a, b = rand(rng, (3, 10, 12), "float32"), rand(rng, (3, 12, 9), "float32")
+    assert_close(matmul(a, b, backend=backend), R.matmul(a, b), k=12)
+    shared = rand(rng, (12, 9), "float32")
+    assert_close(matmul(a, shared, backend=backend), R.matmul(a, shared), k=12)
+
+
+def test_bad_inputs():
+    a32, b32 = np.zeros((4, 5), np.float32), np.zeros((5, 3), np.float32)
+    with pytest.raises(ValueError, match="b: expected 5 rows"):
+        matmul(a32, np.zeros((4, 3), np.float32))
+    with pytest.raises(TypeError, match="b: dtype float16 differs"):
+        matmul(a32, b32.astype(np.float16))
+    with pytest.raises(ValueError, match="activation"):
+        matmul(a32, b32, activation="tanh")
+    with pytest.raises(ValueError, match=r"bias: expected shape \(3,\)"):
+        matmul(a32, b32, bias=np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="a: expected a 2 or 3-D array"):
+        matmul(np.zeros(5, np.float32), b32)
+    with pytest.raises(ValueError, match="backend 'llvm' cannot use|not C-contiguous"):
+        matmul(np.zeros((5, 4), np.float32).T, b32)

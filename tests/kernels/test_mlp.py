@@ -1,0 +1,32 @@
+"""mlp (SwiGLU): every dtype, ragged sizes, bad inputs."""
+
+import numpy as np
+import pytest
+from kcases import DTYPES, rand, skip_heavy
+
+from kdsl.kernels import mlp
+from kdsl.kernels import reference as R
+from kdsl.testing import assert_close
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swiglu(backend, rng, dtype):
+    skip_heavy(backend, dtype)
+    M, D, F, O = 13, 40, 50, 21
+    x = rand(rng, (M, D), dtype)
+    wg, wu = rand(rng, (D, F), dtype, scale=0.2), rand(rng, (D, F), dtype, scale=0.2)
+    wd = rand(rng, (F, O), dtype, scale=0.2)
+    y = mlp(x, wg, wu, wd, backend=backend)
+    # two chained reductions; h is rounded to the input dtype in between
+    assert_close(R.to_float64(y), R.mlp(x, wg, wu, wd), dtype=dtype, k=D + F)
+
+
+def test_bad_inputs():
+    x = np.zeros((2, 4), np.float32)
+    w = np.zeros((4, 6), np.float32)
+    with pytest.raises(ValueError, match=r"w_up: expected shape \(4, 6\)"):
+        mlp(x, w, np.zeros((4, 5), np.float32), np.zeros((6, 3), np.float32))
+    with pytest.raises(ValueError, match="w_down: expected 6 rows"):
+        mlp(x, w, w, np.zeros((5, 3), np.float32))
+    with pytest.raises(ValueError, match="w_gate: expected 4 rows"):
+        mlp(x, np.zeros((3, 6), np.float32), w, np.zeros((6, 3), np.float32))

@@ -1,0 +1,52 @@
+"""quant_matmul: int8 and packed int4 weights with per-group scales, every activation dtype,
+ragged sizes, the nibble convention, bad inputs."""
+
+import numpy as np
+import pytest
+from kcases import DTYPES, rand
+
+from kdsl.kernels import quant_matmul
+from kdsl.kernels import reference as R
+from kdsl.testing import assert_close
+
+
+def weights(rng, bits, K, N, group_size):
+    scales = (rng.random((K // group_size, N)) * 0.05 + 0.01).astype(np.float32)
+    if bits == 8:
+        return rng.integers(-128, 128, (K, N)).astype(np.int8), scales
+    return rng.integers(0, 256, (K // 2, N)).astype(np.uint8), scales
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quant_matmul(backend, rng, dtype, bits):
+    M, K, N, gs = 9, 96, 37, 32
+    x = rand(rng, (M, K), dtype)
+    w, s = weights(rng, bits, K, N, gs)
+    y = quant_matmul(x, w, s, gs, bits, backend=backend)
+    # w is rounded to x's dtype before the dot: one more rounding per product
+    assert_close(R.to_float64(y), R.quant_matmul(x, w, s, gs, bits), dtype=dtype, k=2 * K)
+
+
+def test_int4_convention(backend):
+    # byte 0x2F: low nibble 15 -> k=0 weight 7, high nibble 2 -> k=1 weight -6
+    w = np.array([[0x2F]], np.uint8)
+    y = quant_matmul(np.array([[1.0, 10.0]], np.float32), w, np.ones((1, 1), np.float32), 2, 4,
+                     backend=backend)
+    assert y[0, 0] == 7 - 60
+
+
+def test_bad_inputs(rng):
+    x = np.zeros((2, 8), np.float32)
+    w8, s = weights(rng, 8, 8, 3, 4)
+    w4, _ = weights(rng, 4, 8, 3, 4)
+    with pytest.raises(TypeError, match="w_q: dtype uint8"):
+        quant_matmul(x, w4, s, 4, 8)
+    with pytest.raises(ValueError, match="w_q: expected K // 2 rows"):
+        quant_matmul(x, w8.view(np.uint8), s, 4, 4)
+    with pytest.raises(ValueError, match="group_size: 3 does not divide K = 8"):
+        quant_matmul(x, w8, s, 3, 8)
+    with pytest.raises(ValueError, match=r"scales: expected shape \(2, 3\)"):
+        quant_matmul(x, w8, s[:1].copy(), 4, 8)
+    with pytest.raises(ValueError, match="bits: expected 4 or 8"):
+        quant_matmul(x, w8, s, 4, 2)
