@@ -141,7 +141,7 @@ def do_bench(fn: Callable[[], Any], backend: str | None = None, warmup: float = 
     """Time `fn()` (no arguments; it launches on `backend`).  `warmup`/`rep` in ms."""
     clock = clock_for(backend)
     with clock.session():
-        first, _ = clock.time(fn)  # compiles, warms caches
+        clock.time(fn)  # compiles, warms caches
         est, _ = clock.time(fn)
         est = max(est, 1e-4)
         for _ in range(min(max_rep, int(warmup / est))):
@@ -207,7 +207,7 @@ class Progress:
         self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total} {text[:40]:<40}")
         self.stream.flush()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stream.write("\n")
         self.stream.flush()
 
@@ -267,7 +267,7 @@ def bench_cli(target: str, sizes: list[str] | None, backends: list[str] | None,
     with Progress(len(points) * len(backends), f"bench {target}") as bar:
         for label, launch, flops, nbytes in points:
             for b in backends:
-                t = do_bench(lambda: launch(b), backend=b, warmup=rep / 4, rep=rep)
+                t = do_bench(lambda f=launch, be=b: f(be), backend=b, warmup=rep / 4, rep=rep)
                 s = t.median * 1e-3
                 gflops, gbs = flops / s / 1e9, nbytes / s / 1e9
                 roof = roofs[b]

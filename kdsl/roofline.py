@@ -53,7 +53,7 @@ def _fma_chains(x_ptr, out_ptr, iters, BLOCK: kd.constexpr):
     b = a + 1.0
     c = a + 2.0
     d = a + 3.0
-    for _ in range(0, iters):
+    for _ in range(iters):
         a = kd.fma(a, 0.999, 0.001)
         b = kd.fma(b, 0.999, 0.001)
         c = kd.fma(c, 0.999, 0.001)
@@ -118,6 +118,7 @@ def _measure(backend: str) -> Roofline:
         args: tuple = (x, y)
         if backend == "opencl":  # device arrays: time the kernel, not the host copies
             import pyopencl.array as cla
+
             from kdsl.backends import get_backend
             q = get_backend("opencl").runtime().queue
             args = (cla.to_device(q, x), cla.empty(q, x.shape, np.float32))
@@ -129,6 +130,7 @@ def _measure(backend: str) -> Roofline:
         fargs: tuple = (xs, out)
         if backend == "opencl":
             import pyopencl.array as cla
+
             from kdsl.backends import get_backend
             q = get_backend("opencl").runtime().queue
             fargs = (cla.to_device(q, xs), cla.empty(q, xs.shape, np.float32))

@@ -81,8 +81,8 @@ def assert_close(actual, expected, dtype=None, k: int = 1, what: str = "output")
 
 
 # The comparison and timing tools live in their own modules; `kd.testing` is their public home.
-from .bench import Timings, do_bench  # noqa: E402
-from .compare import CompareReport, compare  # noqa: E402
+from .bench import Timings, do_bench
+from .compare import CompareReport, compare
 
 __all__ = ["CompareReport", "Timings", "Tolerance", "assert_close", "compare", "do_bench",
            "tolerance"]
