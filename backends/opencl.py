@@ -112,6 +112,9 @@ class _Runtime:
         self.device = _choose_device(cl)
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx, self.device)
+        # A CPU device shares host memory: NumPy arrays are used in place (USE_HOST_PTR)
+        # instead of being copied into fresh buffers and back.
+        self.zero_copy = bool(self.device.type & cl.device_type.CPU)
 
 
 def _choose_device(cl: Any) -> Any:
@@ -259,7 +262,14 @@ class OpenCLBackend(Backend):
         stored = stored_params(kernel)
         for i, arg, buf in copies:
             if i in stored and arg.nbytes:
-                cl.enqueue_copy(rt.queue, arg.host, buf, is_blocking=True)
+                if rt.zero_copy and arg.host.flags.writeable:
+                    # mapping a USE_HOST_PTR buffer makes the host array current (no copy
+                    # when the device wrote it in place); unmapping releases the mapping
+                    mapped, _ = cl.enqueue_map_buffer(rt.queue, buf, cl.map_flags.READ, 0,
+                                                      (arg.nbytes,), np.uint8)
+                    mapped.base.release(rt.queue)
+                else:
+                    cl.enqueue_copy(rt.queue, arg.host, buf, is_blocking=True)
         rt.queue.finish()
 
     def _buffer(self, arg: BoundArg) -> Any:
@@ -276,5 +286,7 @@ class OpenCLBackend(Backend):
         mf = cl.mem_flags
         if not arg.nbytes:  # zero-size arrays still need a valid buffer
             return cl.Buffer(rt.ctx, mf.READ_WRITE, 1)
+        if rt.zero_copy and arg.host.flags.writeable:
+            return cl.Buffer(rt.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=arg.host)
         return cl.Buffer(rt.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=arg.host)
 

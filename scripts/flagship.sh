@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The flagship job: set up, list the backends found, then run every example on every available
-# backend (each prints its error against a float64 NumPy reference).
+# The flagship job: set up, list the backends and devices found, then run every library kernel on
+# every available backend and compare each output with its float64 NumPy reference
+# (exit status 1 on any mismatch, with a repro bundle written for it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/kdsl info
-for ex in examples/*.py; do
-    echo "== $ex"
-    .venv/bin/python "$ex"
-done
+.venv/bin/kdsl info --no-caps
+.venv/bin/kdsl compare all "$@"
