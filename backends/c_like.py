@@ -69,6 +69,11 @@ class CDialect:
     # defines the functions of `intrinsics` (the names used).  Targets get an intrinsic only
     # with the capability that promises it, so a dialect lists just the ones it has.
     intrinsics: Mapping[str, str] = field(default_factory=dict)
+    # Vector access (`VecLoad`/`VecStore`): pointee DType name -> base name of the built-in
+    # vector type of its bits ("float" -> float4), and the format of a pointer to it with
+    # {V} (the vector type) and {p}.  Empty: the dialect has no vector access.
+    vector_types: Mapping[str, str] = field(default_factory=dict)
+    vector_ptr: str = "(({V}*)({p}))"
 
 
 # ----------------------------------------------------------------------------------- names
@@ -196,6 +201,7 @@ class CEmitter:
             loop.Store: self._store, loop.AtomicAdd: self._atomic_add, loop.For: self._for,
             loop.While: self._while, loop.If: self._if, loop.Barrier: self._barrier,
             loop.Comment: self._comment, loop.Intrinsic: self._intrinsic,
+            loop.VecLoad: self._vec_load, loop.VecStore: self._vec_store,
         }
 
     # -- types
@@ -441,6 +447,56 @@ class CEmitter:
 
     def _comment(self, s: loop.Comment, pad: str) -> list[str]:
         return [f"{pad}// {line}" for line in s.text.splitlines() or [""]]
+
+    def _vector(self, ptr: loop.Expr, n: int) -> tuple[str, str]:
+        """(vector type, pointer expression as a pointer to it) of an n-element access."""
+        pointee = ptr.dtype.pointee.name
+        if pointee not in self.d.vector_types or n not in (2, 4):
+            raise NotImplementedError(f"{self.d.name}: no vector access of {n} x {pointee}")
+        vt = f"{self.d.vector_types[pointee]}{n}"
+        base, idx = self._element(ptr)
+        p = f"{base} + {idx}" if idx != "0" else base
+        return vt, self.d.vector_ptr.format(V=f"{self.d.global_qual}{vt}", p=p)
+
+    _LANES = "xyzw"
+
+    def _vec_load(self, s: loop.VecLoad, pad: str) -> list[str]:
+        vt, vp = self._vector(s.ptr, s.dst.size)
+        name = self.names("a", s.dst.name)
+        pointee = s.ptr.dtype.pointee.name
+        lines = [f"{pad}{{ {vt} kd_v = *{vp};"]
+        for j in range(s.dst.size):
+            c = f"kd_v.{self._LANES[j]}"
+            if pointee == "float16":
+                c = f"__half2float(__ushort_as_half({c}))"
+            elif pointee == "bfloat16":
+                self.need("bf16")
+                c = f"kd_bf16_to_f32({c})"
+            elif pointee == "int1":
+                c = f"({c} != 0)"
+            lines.append(f"{pad}  {name}[{j}] = {c};")
+        lines[-1] += " }"
+        if s.mask is None:
+            return lines
+        return [f"{pad}if ({self.expr(s.mask)}) {{"] + [f"    {x}" for x in lines] + [f"{pad}}}"]
+
+    def _vec_store(self, s: loop.VecStore, pad: str) -> list[str]:
+        vt, vp = self._vector(s.ptr, s.src.size)
+        name = self.names("a", s.src.name)
+        pointee = s.ptr.dtype.pointee.name
+        lines = [f"{pad}{{ {vt} kd_v;"]
+        for j in range(s.src.size):
+            x = f"{name}[{j}]"
+            if pointee == "float16":
+                x = f"__half_as_ushort(__float2half_rn({x}))"
+            elif pointee == "bfloat16":
+                self.need("bf16")
+                x = f"kd_f32_to_bf16({x})"
+            lines.append(f"{pad}  kd_v.{self._LANES[j]} = {x};")
+        lines.append(f"{pad}  *{vp} = kd_v; }}")
+        if s.mask is None:
+            return lines
+        return [f"{pad}if ({self.expr(s.mask)}) {{"] + [f"    {x}" for x in lines] + [f"{pad}}}"]
 
     def _intrinsic(self, s: loop.Intrinsic, pad: str) -> list[str]:
         if s.name not in self.d.intrinsics:

@@ -67,7 +67,17 @@ def cuda_dialect() -> CDialect:
         extra={"as_float": "__uint_as_float", "as_uint": "__float_as_uint", "f16_helper": "",
                "options": " ".join(OPTIONS), "options_fast": " ".join(OPTIONS + [FAST_MATH])},
         intrinsics=MMA_FUNCTIONS,
+        # VecLoad/VecStore (kdsl/passes/lower_vector.py): float4, int4, ushort4 (16-bit floats
+        # as bits), ... whose aligned loads are ld.global.v4 / ld.global.v2
+        vector_types=CUDA_VECTOR_TYPES,
     )
+
+
+CUDA_VECTOR_TYPES = {
+    "float32": "float", "int32": "int", "uint32": "uint", "int16": "short", "uint16": "ushort",
+    "float16": "ushort", "bfloat16": "ushort", "int8": "char", "uint8": "uchar", "int1": "uchar",
+    "float64": "double", "int64": "longlong", "uint64": "ulonglong",
+}
 
 
 # Tensor-core intrinsics (kdsl/passes/lower_dot_mma.py) -> functions of cuda_mma.cu.j2.
@@ -281,7 +291,7 @@ class _Loaded:
 
 class CUDABackend(Backend):
     name = "cuda"
-    caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores"})
+    caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads"})
 
     def is_available(self) -> bool:
         try:

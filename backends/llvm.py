@@ -684,7 +684,9 @@ class LLVMBackend(Backend):
         return Target("llvm", threads=1, warp_size=1, caps=self.caps)
 
     def hash(self) -> str:
-        return _toolchain_id()
+        # the capabilities change the lowering (partial sums, the dot micro-kernel): part of
+        # the disk-cache key, so entries compiled without them are not reused
+        return _toolchain_id() + "|caps=" + ",".join(sorted(self.caps))
 
     def codegen(self, kernel: L.Kernel) -> str:
         return str(generate_module(kernel))

@@ -14,10 +14,10 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms  # noqa: E402
+import kdsl.kernels as K
+from common import median_ms
 
-import kdsl as kd  # noqa: E402
-import kdsl.kernels as K  # noqa: E402
+import kdsl as kd
 
 
 def _np_softmax(x):
@@ -66,7 +66,7 @@ def _np_quant(x, w, s, gs):
 
 def cases(rng):
     """(name, size, kdsl call(backend), numpy call)."""
-    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     x, w, b = f(1024, 4096), f(4096), f(4096)
     xl = f(32, 32768)
     a, bm = f(512, 512), f(512, 512)
@@ -123,7 +123,7 @@ def main() -> None:
         t_np = median_ms(ref, repeat=args.repeat, warmup=1)
         row = f"{name:28s} {t_np:9.2f}"
         for be in backends:
-            t = median_ms(lambda: run(be), repeat=args.repeat, warmup=2)
+            t = median_ms(lambda run=run, be=be: run(be), repeat=args.repeat, warmup=2)
             row += f" {t:10.2f} {t / t_np:6.2f}"
         print(row, flush=True)
 

@@ -474,7 +474,7 @@ class _Gen:
         self.vals.append(Val("i", (), "int32", 4.0, 0.0))
         for _ in range(d.int(1, 3)):
             self.statement()
-        ok = (lambda v: bcast(acc.shape, v.shape) == acc.shape
+        ok = (lambda v: v is not acc and bcast(acc.shape, v.shape) == acc.shape
               and (v.dtype == "int1") == (acc.dtype == "int1"))
         t = self.pick(ok, shape=acc.shape, dtype="int32" if acc.dtype == "int1" else None)
         if not ok(t):

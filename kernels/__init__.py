@@ -18,5 +18,14 @@ from .norms import layer_norm, rms_norm
 from .quant import quant_matmul
 from .softmax import softmax
 
-__all__ = ["softmax", "layer_norm", "rms_norm", "matmul", "mlp", "attention",
-           "decode_attention", "quant_matmul", "reference"]
+__all__ = [
+           "attention",
+           "decode_attention",
+           "layer_norm",
+           "matmul",
+           "mlp",
+           "quant_matmul",
+           "reference",
+           "rms_norm",
+           "softmax",
+]

@@ -29,8 +29,16 @@ import numpy as np
 import kdsl as kd
 
 from . import configs
-from ._validate import (FLOATS, as_arg, empty, next_pow2, resolve_backend, result, same_dtype,
-                        to_host)
+from ._validate import (
+    FLOATS,
+    as_arg,
+    empty,
+    next_pow2,
+    resolve_backend,
+    result,
+    same_dtype,
+    to_host,
+)
 
 
 @kd.jit
@@ -94,7 +102,7 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, 
     l_i = 0.0
     acc = kd.zeros((BLOCK_D,), kd.float32)
     row_stride = kv_heads * dim  # elements between consecutive tokens of a cache block
-    for blk in range(0, kd.cdiv(seq_len, BLOCK_SIZE)):
+    for blk in range(kd.cdiv(seq_len, BLOCK_SIZE)):
         phys = kd.load(table_ptr + seq * max_blocks + blk)
         tok = blk * BLOCK_SIZE + offs_t
         t_mask = (offs_t < BLOCK_SIZE) & (tok < seq_len)

@@ -17,8 +17,17 @@ import numpy as np
 import kdsl as kd
 
 from . import configs
-from ._validate import (FLOATS, as_arg, check_shape, empty, finite_float, next_pow2, reshaped,
-                        resolve_backend, result)
+from ._validate import (
+    FLOATS,
+    as_arg,
+    check_shape,
+    empty,
+    finite_float,
+    next_pow2,
+    reshaped,
+    resolve_backend,
+    result,
+)
 
 
 @kd.jit

@@ -22,6 +22,7 @@ backend turns variables into allocas that mem2reg promotes):
     For(var, lo, hi, step, body)  While(cond_body, cond, body)
     If(cond, then, orelse)        Barrier()                     Comment(text)
     Intrinsic(name, args, results)
+    VecLoad(ptr, dst, mask)       VecStore(ptr, src, mask)
 
 Types: every expression has a `DType` or `PointerType`.  float16/bfloat16 never appear as the
 type of a variable or expression: values of those types are held in float32 (`compute_dtype`)
@@ -306,6 +307,30 @@ class Intrinsic(Stmt):
     results: list[Var]
 
 
+@dataclass(eq=False)
+class VecLoad(Stmt):
+    """`dst[0:n] = ptr[0:n]` (n = `dst.size`, a register array) as ONE access of n consecutive
+    elements.  The emitter of the access (kdsl/passes/lower_vector.py) proves that `ptr` is
+    aligned to n * itemsize bytes.  With a mask (uniform over the n elements), memory is not
+    touched and `dst` is left unchanged where it is false."""
+
+    ptr: Expr
+    dst: Array
+    mask: Expr | None = None
+    loc: Loc | None = None
+
+
+@dataclass(eq=False)
+class VecStore(Stmt):
+    """`ptr[0:n] = src[0:n]` (n = `src.size`) as one aligned access, like `VecLoad`; values
+    convert to the pointee as `Store` does."""
+
+    ptr: Expr
+    src: Array
+    mask: Expr | None = None
+    loc: Loc | None = None
+
+
 @dataclass
 class KParam:
     name: str
@@ -407,6 +432,12 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
                 out.append(f"{pad}barrier()")
             case Comment(text=t):
                 out.append(f"{pad}# {t}")
+            case VecLoad(ptr=p, dst=a, mask=m):
+                cond = f" if {format_expr(m)}" if m is not None else ""
+                out.append(f"{pad}{a.name}[0:{a.size}] = vload({format_expr(p)}){cond}")
+            case VecStore(ptr=p, src=a, mask=m):
+                cond = f" if {format_expr(m)}" if m is not None else ""
+                out.append(f"{pad}vstore({format_expr(p)}, {a.name}[0:{a.size}]){cond}")
             case Intrinsic(name=n, args=a, results=r):
                 lhs = ", ".join(v.name for v in r)
                 args = ", ".join(format_expr(x) for x in a)

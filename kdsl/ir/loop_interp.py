@@ -176,6 +176,15 @@ class _Program:
             v = int(np.array(round_bf16(v), dtype=np.float32).view(np.uint32)) >> 16
         arr[off] = v
 
+    @staticmethod
+    def aligned(ptr, n: int):
+        """A vector access of n elements must start at an element offset that is a multiple
+        of n (buffers themselves are taken as aligned, as device allocations are)."""
+        if ptr[1] % n:
+            raise ValueError(f"vector access of {n} elements at offset {ptr[1]} of argument "
+                             f"{ptr[0]} is not aligned")
+        return ptr
+
     # ----------------------------------------------------------------------- statements
 
     def run(self, stmts: list[L.Stmt], th: _Thread) -> Iterator[None]:
@@ -216,6 +225,18 @@ class _Program:
                     yield
                 case L.Comment():
                     pass
+                case L.VecLoad(ptr=p, dst=a, mask=m):
+                    if m is None or self.ev(m, th):
+                        ptr, pointee = self.aligned(self.ev(p, th), a.size), p.dtype.pointee
+                        arr = self.array(a, th)
+                        for j in range(a.size):
+                            arr[j] = self.load((ptr[0], ptr[1] + j), pointee)
+                case L.VecStore(ptr=p, src=a, mask=m):
+                    if m is None or self.ev(m, th):
+                        ptr, pointee = self.aligned(self.ev(p, th), a.size), p.dtype.pointee
+                        arr = self.array(a, th)
+                        for j in range(a.size):
+                            self.store((ptr[0], ptr[1] + j), pointee, _typed(arr[j], a.dtype))
                 case L.Intrinsic(name=n, args=a, results=r):
                     sim = INTRINSICS[n]
                     vals = [self.ev(x, th) for x in a]

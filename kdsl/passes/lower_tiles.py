@@ -73,6 +73,7 @@ from .lower_control import lower_for, lower_if, lower_while
 from .lower_dot import dot_strategy
 from .lower_elementwise import ELEMENTWISE, register_type
 from .lower_reduce import lower_reduce
+from .lower_vector import VecGroup, Vectorizer, element_index
 
 # Ops computed element by element inside a group.
 GATHERS = frozenset({"broadcast", "trans"})
@@ -128,6 +129,8 @@ class Group:
     # Register arrays read at other slots than k (T == 1 gathers, reductions, dot operands):
     # a yield may not write them in place.
     addressed: set[str] = field(default_factory=set)
+    width: int = 1  # V of the layout for this numel (lower_vector.py)
+    vec: VecGroup | None = None  # vector accesses of the group, if any
 
 
 class Lowerer:
@@ -162,6 +165,7 @@ class Lowerer:
         self.shared_epoch: dict[str, int] = {}
         self.op: tile.Op | None = None
         self.hints: dict[str, dict] = {}
+        self.vector = Vectorizer(fn, target)  # layout width and vector accesses
 
     # ------------------------------------------------------------------------ declarations
 
@@ -236,7 +240,7 @@ class Lowerer:
             e: Expr = k
             if self.T > 1:
                 e = self.var("e", int32)
-            self.group = Group(n, self.slots(n), k, e)
+            self.group = Group(n, self.slots(n), k, e, width=self.vector.width(n))
         return self.group
 
     def close(self) -> None:
@@ -257,10 +261,22 @@ class Lowerer:
             body = [If(Binary("lt", g.e, ix.c32(g.n)), body)]
         if self.T > 1:
             if _mentions(body, g.e):
-                body = [Assign(g.e, ix.add(self.tid, ix.mul(g.k, self.T)))] + body
+                e = element_index(self.tid, g.k, self.T, g.width)
+                body = [Assign(g.e, e)] + body
             else:
                 self.variables.remove(g.e)
-        self.out.append(For(g.k, ix.c32(0), ix.c32(g.s), ix.c32(1), body))
+        if g.vec is None:
+            self.out.append(For(g.k, ix.c32(0), ix.c32(g.s), ix.c32(1), body))
+            return
+        # Vector accesses: a loop over runs of `width` slots around the lane loop.
+        v = g.vec
+        if _mentions(body, g.k):
+            body = [Assign(g.k, ix.add(v.kv, v.i))] + body
+        else:
+            self.variables.remove(g.k)
+        run = [Assign(v.e0, element_index(self.tid, v.kv, self.T, g.width))] + v.pre
+        run += [For(v.i, ix.c32(0), ix.c32(g.width), ix.c32(1), body)] + v.post
+        self.out.append(For(v.kv, ix.c32(0), ix.c32(g.s), ix.c32(g.width), run))
 
     def _needs_array(self, v: tile.Value, g: Group) -> bool:
         outside = [u for u in self.users.get(v.id, []) if id(u) not in g.ops]
@@ -538,10 +554,20 @@ class Lowerer:
             return  # read by reductions/dots through its source (`view`)
         if k in GATHERS and not src.type.is_scalar and not self.remat_ok(src):
             self.addressable(src)  # with T > 1 this stages it to shared memory
+        if (k in tile.SIDE_EFFECTS or k == "load") and self.group is not None \
+                and self.group.vec is not None and self.group.vec.post:
+            self.close()  # deferred vector stores come before the next memory access
         g = self.open_group(prod(shape))
         g.ops.add(id(op))
         if k in GATHERS:
             self.bind(op.result, self.read_at(src, self.gather_index(op, g.e)), g)
+            return
+        if k in ("load", "store") and self.vector.plan(self, op):
+            if k == "load":
+                self.bind(op.result, self.vector.load(self, op), g)
+            else:
+                g.body.append(self.vector.store(self, op, self.read(op.operands[1])))
+                g.effects = True
             return
         xs = [self.read(o) for o in op.operands]
         if k == "load":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from kdsl.kernels import reference
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -27,3 +26,22 @@ def skip_heavy(backend: str, dtype: str) -> None:
 
     if backend == "opencl" and dtype != "float32" and os.environ.get("KDSL_SLOW", "") in ("", "0"):
         pytest.skip(f"slow: {dtype} variant compiles for seconds on PoCL; set KDSL_SLOW=1")
+
+
+def check(actual, expected, dtype: str, k: int, k_out: int = 1) -> None:
+    """Compare a kernel's output with its float64 reference under the mixed-precision rule of
+    docs/numerics.md: a float32 reduction of length `k`, then `k_out` roundings to `dtype`
+    (1: the output only).  Tighter than `assert_close(dtype=dtype, k=k)` for 16-bit outputs,
+    whose k-long reductions run in float32."""
+    from kdsl.testing import tolerance
+
+    a, e = reference.to_float64(actual), np.asarray(expected, np.float64)
+    assert a.shape == e.shape, f"shape {a.shape} != reference {e.shape}"
+    t = tolerance("float32", k).atol + (tolerance(dtype, k_out).atol if dtype != "float32"
+                                        else 0.0)
+    with np.errstate(invalid="ignore"):
+        bad = ~((np.abs(a - e) <= t + t * np.abs(e)) | (np.isnan(a) & np.isnan(e))
+                | (np.isinf(e) & (a == e)))
+    assert not bad.any(), (f"{int(bad.sum())} of {bad.size} elements beyond {t:.3g} "
+                           f"({dtype}, k={k}, k_out={k_out}); first: "
+                           f"{[(tuple(i), a[tuple(i)], e[tuple(i)]) for i in np.argwhere(bad)[:3]]}")

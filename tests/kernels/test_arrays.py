@@ -1,13 +1,13 @@
 """Array kinds and the backend choice: device arrays stay on the device, bfloat16 comes back in
 the spelling it came in, the default backend follows KDSL_BACKEND, mixed kinds are refused."""
 
+import kdsl.kernels as K
 import numpy as np
 import pytest
 from kcases import rand
+from kdsl.kernels import reference as R
 
 import kdsl as kd
-import kdsl.kernels as K
-from kdsl.kernels import reference as R
 from kdsl.runtime.binding import DTypeView
 from kdsl.testing import assert_close
 

@@ -5,9 +5,9 @@ bad inputs (including a block table pointing past the cache)."""
 import numpy as np
 import pytest
 from kcases import DTYPES, rand, skip_heavy
-
 from kdsl.kernels import attention, decode_attention
 from kdsl.kernels import reference as R
+
 from kdsl.testing import assert_close
 
 # (batch, heads, kv_heads, seq_q, seq_k, dim, causal)

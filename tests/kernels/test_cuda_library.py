@@ -9,13 +9,13 @@ num_warps the library would launch with, no device needed.
 
 from __future__ import annotations
 
+import kdsl.kernels as K
 import numpy as np
 import pytest
 from kcases import DTYPES, rand
+from kdsl.backends import cuda
 
 import kdsl as kd
-import kdsl.kernels as K
-from kdsl.backends import cuda
 
 needs_compiler = pytest.mark.skipif(not cuda.compiler_available(),
                                     reason="neither NVRTC nor nvcc works here")
@@ -24,7 +24,7 @@ needs_compiler = pytest.mark.skipif(not cuda.compiler_available(),
 def _calls(dtype: str):
     """Library calls covering each kernel variant for `dtype`."""
     rng = np.random.default_rng(0)
-    r = lambda *shape: rand(rng, shape, dtype)  # noqa: E731
+    r = lambda *shape: rand(rng, shape, dtype)
     f32 = np.ones(64, np.float32)
     yield "softmax_fused", lambda: K.softmax(r(4, 100), backend="cuda")
     yield "softmax_online", lambda: K.softmax(r(2, 9000), backend="cuda")

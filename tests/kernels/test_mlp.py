@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 from kcases import DTYPES, rand, skip_heavy
-
 from kdsl.kernels import mlp
 from kdsl.kernels import reference as R
+
 from kdsl.testing import assert_close
 
 

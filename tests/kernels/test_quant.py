@@ -4,9 +4,9 @@ ragged sizes, the nibble convention, bad inputs."""
 import numpy as np
 import pytest
 from kcases import DTYPES, rand
-
 from kdsl.kernels import quant_matmul
 from kdsl.kernels import reference as R
+
 from kdsl.testing import assert_close
 
 

@@ -1,0 +1,34 @@
+"""Library softmax, layer_norm and rms_norm on every available backend, in float32, float16 and
+bfloat16, against the float64 references.
+
+    python examples/kernels_norms.py
+"""
+
+import kdsl.kernels as K
+import numpy as np
+from kdsl.kernels import reference as R
+
+import kdsl as kd
+from kdsl.testing import tolerance
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((16, 1000)) * 2 + 1
+    w, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    for backend in kd.available_backends():
+        for dtype in ("float32", "float16", "bfloat16"):
+            x = R.cast(base, dtype)  # bfloat16: a bfloat16_view of uint16 bits
+            errs = {
+                "softmax": (K.softmax(x, backend=backend), R.softmax(x)),
+                "layer_norm": (K.layer_norm(x, w, b, backend=backend), R.layer_norm(x, w, b)),
+                "rms_norm": (K.rms_norm(x, w, backend=backend), R.rms_norm(x, w)),
+            }
+            tol = tolerance(dtype, 1000).atol
+            line = "  ".join(f"{n} {np.abs(R.to_float64(y) - ref).max():.2e}"
+                             for n, (y, ref) in errs.items())
+            print(f"{backend:7s} {dtype:9s} max abs error: {line}  (tolerance {tol:.1e})")
+
+
+if __name__ == "__main__":
+    main()
