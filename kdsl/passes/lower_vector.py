@@ -216,7 +216,10 @@ def _const(A: AxisAnalysis, op: tile.Op) -> AxisInfo:
 
 
 def _iota(A: AxisAnalysis, op: tile.Op) -> AxisInfo:
-    n = op.result.shape[-1]
+    shape = op.result.shape
+    if op.attrs.get("axis", 0) != len(shape) - 1:  # counts along another axis: constant here
+        return AxisInfo(1, BIG, 1)
+    n = shape[-1]
     return AxisInfo(pow2(n), 1 if n > 1 else BIG, pow2(op.attrs.get("start", 0)))
 
 

@@ -37,8 +37,7 @@ def check(actual, expected, dtype: str, k: int, k_out: int = 1) -> None:
 
     a, e = reference.to_float64(actual), np.asarray(expected, np.float64)
     assert a.shape == e.shape, f"shape {a.shape} != reference {e.shape}"
-    t = tolerance("float32", k).atol + (tolerance(dtype, k_out).atol if dtype != "float32"
-                                        else 0.0)
+    t = tolerance(dtype, k, acc_dtype="float32", k_out=k_out).atol
     with np.errstate(invalid="ignore"):
         bad = ~((np.abs(a - e) <= t + t * np.abs(e)) | (np.isnan(a) & np.isnan(e))
                 | (np.isinf(e) & (a == e)))
