@@ -141,8 +141,9 @@ def test_unhinted_mask_or_pointer_falls_back():
         x_ptr = kd.multiple_of(x_ptr, 16)
         out_ptr = kd.multiple_of(out_ptr, 16)
         offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
+        y = kd.load(x_ptr + offs)  # aligned, unmasked: a vector load
         kd.store(out_ptr + offs, kd.load(x_ptr + offs, mask=offs < n), mask=offs < n)
-        kd.store(out_ptr + offs + 1, kd.load(x_ptr + offs))  # misaligned by one element
+        kd.store(out_ptr + offs + 1, y)  # misaligned by one element
 
     ck = k.compile(f32, f32, 4, BLOCK=512, backend="cuda", num_warps=4)
     assert _vec_count(ck.kernel) == (1, 0)  # only the unmasked, aligned load
