@@ -313,7 +313,25 @@ class CEmitter:
         x = self.expr(e.x)
         if isinstance(e.dtype, DType) and e.dtype.is_bool:
             return f"({x} != 0)"
+        src = e.x.dtype
+        if isinstance(src, DType) and src.is_float and isinstance(e.dtype, DType):
+            return self._float_to_int(x, src, e.dtype)
         return f"(({self.ctype(e.dtype)}){x})"
+
+    def _float_to_int(self, x: str, src: DType, dst: DType) -> str:
+        """float -> int saturates and maps NaN to 0 (as the interpreter and the LLVM backend's
+        fptosi.sat); a C cast of an out-of-range value is undefined (x86 OpenCL gives
+        INT_MIN).  The bounds are powers of two, exact in every float type."""
+        if dst.is_float:
+            return f"(({self.ctype(dst)}){x})"
+        T = self.ctype(dst)
+        hi_exp = dst.bits - 1 if dst.is_signed else dst.bits
+        lo = format_const(-(2.0 ** hi_exp) if dst.is_signed else 0.0, src, self.d)
+        hi = format_const(2.0 ** hi_exp, src, self.d)
+        lo_int = format_const(-(1 << hi_exp) if dst.is_signed else 0, dst, self.d)
+        hi_int = format_const((1 << hi_exp) - 1, dst, self.d)
+        return (f"(isnan({x}) ? ({T})0 : {x} <= {lo} ? {lo_int} : {x} >= {hi} ? {hi_int} "
+                f": ({T}){x})")
 
     def _bitcast(self, e: loop.Bitcast) -> str:
         return self.d.bitcast.format(T=self.ctype(e.dtype), x=self.expr(e.x))

@@ -63,15 +63,15 @@ class ArgPacker:
     def pack(self, args: list[BoundArg]) -> bytes:
         if len(args) != len(self.is_ptr):
             raise TypeError(f"expected {len(self.is_ptr)} arguments, got {len(args)}")
-        vals = []
-        for ptr, a in zip(self.is_ptr, args):
-            if ptr:
-                if a.host is None:
-                    raise TypeError(f"argument {a.name!r}: the llvm backend needs a host array")
-                vals.append(_address(a.host))
-            else:
-                vals.append(a.value)
-        return self.struct.pack(*vals)
+        try:
+            return self.struct.pack(*[_address(a.host) if p else a.value
+                                      for p, a in zip(self.is_ptr, args)])
+        except (TypeError, AttributeError):
+            for p, a in zip(self.is_ptr, args):
+                if p and a.host is None:
+                    raise TypeError(f"argument {a.name!r}: the llvm backend needs a host "
+                                    "array") from None
+            raise
 
 
 _POOL_LOCK = threading.Lock()
@@ -95,16 +95,19 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL["pool"]
 
 
+_LIMIT = 1 << 31
+
+
 def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
     """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids)."""
-    g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
-    if not all(0 <= g < 1 << 31 for g in (g0, g1, g2)):
+    g0, g1, g2 = grid if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
+    if not (0 <= g0 < _LIMIT and 0 <= g1 < _LIMIT and 0 <= g2 < _LIMIT):
         raise ValueError(f"grid {tuple(grid)}: each dimension must be in [0, 2**31)")
     total = g0 * g1 * g2
     if total == 0:
         return
-    n = workers()
-    if n == 1 or total < 2 * n:
+    n = _WORKERS
+    if total < 2 * n or n == 1:  # small grids: inline, no pool round trip
         fn(packed, 0, total, g0, g1, g2)
         return
     bounds = [total * i // n for i in range(n + 1)]

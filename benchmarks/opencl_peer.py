@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms  # noqa: E402
+from common import median_ms
 
 LOCAL = 128
 
@@ -97,7 +98,6 @@ def softmax_peer_ms(x: np.ndarray, repeat: int, kdsl_kernel, num_warps: int = 1
                     ) -> tuple[float, dict[str, float]]:
     """(kdsl ms, {peer name: ms}) on the kdsl OpenCL backend's device and queue."""
     import pyopencl.array as cla
-
     from kdsl.backends import get_backend
 
     rt = get_backend("opencl").runtime()

@@ -21,9 +21,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms  # noqa: E402
+from common import median_ms
 
-import kdsl as kd  # noqa: E402
+import kdsl as kd
 
 # ----------------------------------------------------------------------------------- kernels
 
@@ -184,7 +184,7 @@ def bench_vector_add(o, bw):
     x, y = RNG.random(n, dtype=np.float32), RNG.random(n, dtype=np.float32)
     out = np.empty_like(x)
     block = 1 << 16
-    run = lambda: add_kernel[(kd.cdiv(n, block),)](x, y, out, n, BLOCK=block)  # noqa: E731
+    run = lambda: add_kernel[(kd.cdiv(n, block),)](x, y, out, n, BLOCK=block)
     run()
     assert np.array_equal(out, x + y)
     ms = median_ms(run, o.repeat)
@@ -225,11 +225,11 @@ def bench_norms(o, bw):
     N = shape[1]
     limit = 2 * x.nbytes / bw / 1e6
     if o.library:
-        ln = lambda: kd.kernels.layer_norm(x, w, b, 1e-5)  # noqa: E731
-        rn = lambda: kd.kernels.rms_norm(x, w, 1e-6)  # noqa: E731
+        ln = lambda: kd.kernels.layer_norm(x, w, b, 1e-5)
+        rn = lambda: kd.kernels.rms_norm(x, w, 1e-6)
     else:
-        ln = lambda: layer_norm_kernel[(shape[0],)](x, y, w, b, N, 1e-5, BLOCK=N)  # noqa: E731
-        rn = lambda: rms_norm_kernel[(shape[0],)](x, y, w, N, 1e-6, BLOCK=N)  # noqa: E731
+        ln = lambda: layer_norm_kernel[(shape[0],)](x, y, w, b, N, 1e-5, BLOCK=N)
+        rn = lambda: rms_norm_kernel[(shape[0],)](x, y, w, N, 1e-6, BLOCK=N)
     xd = x.astype(np.float64)
     for name, run, peer, ref in (
             ("layer_norm", ln, lambda: np_layer_norm(x, w, b), np_layer_norm(xd, w, b)),
@@ -249,11 +249,11 @@ def bench_matmul(o, bw):
         b = RNG.standard_normal((n, n), dtype=np.float32)
         c = np.empty((n, n), np.float32)
         if o.library:
-            run = lambda: kd.kernels.matmul(a, b)  # noqa: E731
+            run = lambda: kd.kernels.matmul(a, b)
         else:
             bm, bn, bk = o.mm_blocks
             grid = (kd.cdiv(n, bm) * kd.cdiv(n, bn),)
-            run = lambda: matmul_kernel[grid](a, b, c, n, n, n, BLOCK_M=bm,  # noqa: E731
+            run = lambda: matmul_kernel[grid](a, b, c, n, n, n, BLOCK_M=bm,
                                               BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8)
         res = run()
         got = res if isinstance(res, np.ndarray) else c
@@ -274,10 +274,10 @@ def bench_attention(o, bw):
     out = np.empty_like(q)
     scale = float(1 / np.sqrt(D))
     if o.library and hasattr(kd.kernels, "attention"):
-        run = lambda: kd.kernels.attention(q[None], k[None], v[None])  # noqa: E731
+        run = lambda: kd.kernels.attention(q[None], k[None], v[None])
     else:
         bm, bn = o.attn_blocks
-        run = lambda: attention_kernel[(kd.cdiv(S, bm), H)](  # noqa: E731
+        run = lambda: attention_kernel[(kd.cdiv(S, bm), H)](
             q, k, v, out, S, scale, D=D, BLOCK_M=bm, BLOCK_N=bn)
     res = run()
     got = (res.reshape(out.shape) if isinstance(res, np.ndarray) else out)

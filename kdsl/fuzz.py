@@ -126,6 +126,7 @@ class Program:
     si: int
     data_seed: int
     discrete: bool
+    num_warps: int = 4
 
     def __repr__(self) -> str:  # hypothesis prints this for a falsifying example
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__dataclass_fields__)
@@ -477,8 +478,9 @@ class _Gen:
         ok = (lambda v: v is not acc and bcast(acc.shape, v.shape) == acc.shape
               and (v.dtype == "int1") == (acc.dtype == "int1"))
         t = self.pick(ok, shape=acc.shape, dtype="int32" if acc.dtype == "int1" else None)
+        keep = acc.name if acc.dtype == "int1" else f"{acc.name} + 0"  # the type unchanged
         if not ok(t):
-            update, mag, err = f"{acc.name} + 0", acc.mag, acc.err
+            update, mag, err = keep, acc.mag, acc.err
         elif acc.dtype == "int1":
             update, mag, err = f"{acc.name} ^ {t.name}", 1.0, 0.0
         elif _is_float(acc.dtype):
@@ -495,8 +497,7 @@ class _Gen:
             update = (f"{acc.name} + {t.name}" if d.chance(50)
                       else f"kd.maximum({acc.name}, {t.name})")
         if update is None or mag > _MAG_LIMIT[acc.dtype]:
-            update, mag, err = f"{acc.name} + 0" if acc.dtype != "int1" else acc.name, \
-                acc.mag, acc.err
+            update, mag, err = keep, acc.mag, acc.err
         self.emit(f"{acc.name} = {update}")
         del self.vals[mark:]
         self.depth -= 1
@@ -586,7 +587,7 @@ def build_program(d: _Draw, features: frozenset[str] = ALL_FEATURES,
     return Program(source=source, blocks=gen.blocks, extents=extents, inputs=gen.inputs,
                    outputs=out_types, errs=[v.err for v in outs], n_iter=d.int(0, 4),
                    sf=d.int(-8, 8) / 4, si=d.int(-8, 8), data_seed=d.int(0, 2**31 - 1),
-                   discrete=d.chance(40))
+                   discrete=d.chance(40), num_warps=d.choice([4, 1, 2, 8]))
 
 
 def programs(features: frozenset[str] = ALL_FEATURES, max_statements: int = 8):
@@ -659,7 +660,8 @@ def run_on(p: Program, backend: str, inputs: list[np.ndarray]) -> list[np.ndarra
     args += [wrap(o, t) for o, (_, t) in zip(outs, p.outputs)]
     e = p.extents
     kern[(1,)](*args, e["M"], e["N"], e["K"], p.n_iter, float(p.sf), int(p.si),
-               BM=p.blocks["M"], BN=p.blocks["N"], BK=p.blocks["K"], backend=backend)
+               BM=p.blocks["M"], BN=p.blocks["N"], BK=p.blocks["K"], num_warps=p.num_warps,
+               backend=backend)
     return outs
 
 
@@ -692,7 +694,8 @@ class Report:
         lines += [f"  [{m.backend}] {m.what}: {m.message}" for m in self.mismatches]
         lines += ["kernel source:", self.program.source,
                   f"extents={self.program.extents} blocks={self.program.blocks} "
-                  f"n_iter={self.program.n_iter} sf={self.program.sf} si={self.program.si}",
+                  f"n_iter={self.program.n_iter} sf={self.program.sf} si={self.program.si} "
+                  f"num_warps={self.program.num_warps}",
                   "reproducer:", self.program.reproducer(self.backends)]
         return "\n".join(lines)
 

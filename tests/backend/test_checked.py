@@ -59,6 +59,12 @@ def hinted(x_ptr, y_ptr, start, BLOCK: kd.constexpr):
 
 
 @kd.jit
+def strided(x_ptr, y_ptr, step, BLOCK: kd.constexpr):
+    offs = kd.max_contiguous(kd.arange(0, BLOCK) * step, 4)  # CONTIG_LINE
+    kd.store(y_ptr + kd.arange(0, BLOCK), kd.load(x_ptr + offs))
+
+
+@kd.jit
 def partial_write(y_ptr, n, BLOCK: kd.constexpr):
     offs = kd.arange(0, BLOCK)
     kd.store(y_ptr + offs, offs.to(kd.float32), mask=offs < n)
@@ -153,6 +159,18 @@ def test_hints_kept_and_broken(backend):
     e = info.value
     assert e.kind == "multiple_of" and e.line == _line("HINT_LINE") and e.offset == 12
     assert "multiple_of(8)" in str(e)
+
+
+def test_max_contiguous_kept_and_broken(backend):
+    x = np.arange(64, dtype=np.int32)
+    y = np.zeros(16, np.int32)
+    strided[(1,)](x, y, 1, BLOCK=16, check=True, **_kw(backend))
+    np.testing.assert_array_equal(y, x[:16])
+    with pytest.raises(kd.OutOfBoundsError) as info:
+        strided[(1,)](x, y, 2, BLOCK=16, check=True, **_kw(backend))
+    e = info.value
+    assert e.kind == "max_contiguous" and e.line == _line("CONTIG_LINE") and e.offset == 0
+    assert "max_contiguous(4)" in str(e)
 
 
 # ---------------------------------------------------------------------------- cost and codegen
