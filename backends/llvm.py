@@ -23,6 +23,7 @@ from llvmlite import ir
 
 from kdsl.ir import loop as L
 from kdsl.ir.types import DType, PointerType, int1
+from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
 from .base import Backend, BoundArg
@@ -696,9 +697,8 @@ class LLVMBackend(Backend):
         stages["llvm"] = source
         opt = optimise(source)
         stages["llvm.opt"] = opt
-        llvm = _llvm()
-        with _COMPILE:
-            stages["asm"] = target_machine().emit_assembly(llvm.parse_assembly(opt))
+        # A second code generation costs about as much as the JIT itself: done when read.
+        stages["asm"] = Lazy(host_assembly, opt)
 
     def build(self, kernel: L.Kernel, source: str) -> LLVMHandle:
         return jit(kernel, optimise(source))
@@ -712,6 +712,13 @@ class LLVMBackend(Backend):
     def launch(self, handle: LLVMHandle, kernel: L.Kernel, grid: tuple[int, int, int],
                args: list[BoundArg]) -> None:
         run_grid(handle.fn, handle.packer.pack(args), grid)
+
+
+def host_assembly(opt_ir: str) -> str:
+    """Host assembly of optimised LLVM IR (the `asm` stage)."""
+    llvm = _llvm()
+    with _COMPILE:
+        return target_machine().emit_assembly(llvm.parse_assembly(opt_ir))
 
 
 __all__ = ["LLVMBackend", "LLVMHandle", "generate_module", "optimise"]

@@ -17,6 +17,8 @@ from typing import Any
 
 from kdsl.backends.base import Backend, BoundArg
 
+from .stages import Stages
+
 
 def _resolve_backend(backend: str | Backend) -> Backend:
     if isinstance(backend, Backend):
@@ -121,7 +123,7 @@ def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any]
     # Checked mode and the launch width travel with the function to the passes and lowering.
     fn.attrs["check"] = bool(check)
     fn.attrs["num_warps"] = num_warps
-    ir: dict[str, str] = {"tile": print_function(fn)}
+    ir: dict[str, str] = Stages(tile=print_function(fn))
     fn, stages = run_tile_passes(fn)
     ir.update(stages)
     return fn, ir
@@ -132,7 +134,7 @@ def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps
     """Lowering (for loop-level backends), backend stages and code generation; with `build`,
     also build the handle."""
     be = _resolve_backend(backend)
-    ir = dict(ir)
+    ir = Stages(ir)
     kernel: Any = fn
     if be.level == "loop":
         from kdsl.ir.loop import print_kernel
