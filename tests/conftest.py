@@ -217,3 +217,11 @@ def fake(monkeypatch, tmp_path):
     yield FakeBackend
     unregister_backend("fake")
     registry.clear_caches()
+
+
+@pytest.fixture
+def rng():
+    """A seeded NumPy generator (fresh per test)."""
+    import numpy as np
+
+    return np.random.default_rng(1234)

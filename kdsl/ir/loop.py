@@ -145,7 +145,7 @@ class Select(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Cast(Expr):
-    """Numeric conversion: float->int truncates toward zero (saturating is not promised),
+    """Numeric conversion: float->int truncates toward zero and saturates (NaN -> 0),
     int->float rounds to nearest, int->int wraps or extends by the source's signedness,
     int1 -> 0/1."""
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 
 import kdsl.fuzz as F
 
-EXAMPLES = 25
+EXAMPLES = 60
 
 # Features excluded from CI because they hit a known bug (listed in docs/fuzzing.md): none.
 CI_FEATURES = F.ALL_FEATURES

@@ -1,9 +1,0 @@
-"""Fixtures of the kernel library tests (helpers live in kcases.py)."""
-
-import numpy as np
-import pytest
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng(1234)
