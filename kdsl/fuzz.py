@@ -376,7 +376,8 @@ class _Gen:
     def s_cast(self):
         a = self.pick(lambda v: True)
         dst = self.d.choice(["float32", "float16", "int32", "bfloat16", "int1"])
-        if dst == a.dtype:
+        if dst == a.dtype or (dst == "bfloat16" and not a.shape
+                              and "bf16_scalar" not in self.allow):
             return False
         if _is_float(dst):
             if a.mag > _MAG_LIMIT[dst]:
@@ -413,6 +414,8 @@ class _Gen:
             err = n * a.err + (2 * n * _EPS[t] * mag if _is_float(t) else 0.0)
         else:
             t, mag, err = a.dtype, a.mag, a.err
+        if t == "bfloat16" and not shape and "bf16_scalar" not in self.allow:
+            return False
         self.define(f"kd.{op}({a.name}, axis={axis})", shape, t, mag, err)
 
     def s_expand(self):
@@ -549,7 +552,9 @@ class _Gen:
 
 
 ALL_FEATURES = frozenset(["binary", "unary", "literal", "compare", "where", "cast", "reduce",
-                          "expand", "trans", "logic", "intdiv", "dot", "loop", "if"])
+                          "expand", "trans", "logic", "intdiv", "dot", "loop", "if",
+                          # bfloat16 scalars (reductions to a scalar, casts of scalars)
+                          "bf16_scalar"])
 
 
 def _store(gen: _Gen, v: Val, j: int) -> None:

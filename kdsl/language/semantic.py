@@ -422,6 +422,22 @@ def _constexpr_int(x: Any, what: str) -> int:
     return x
 
 
+# A tile lives in one program's registers (on the CPU: its stack). Anything near 2**31 elements
+# would overflow the int32 element index of the lowering long before it fit; 2**22 elements is far
+# above any useful tile and keeps every index computation in range.
+MAX_TILE_NUMEL = 1 << 22
+
+
+def _check_numel(shp: tuple[int, ...]) -> tuple[int, ...]:
+    n = 1
+    for d in shp:
+        n *= d
+    if n > MAX_TILE_NUMEL:
+        raise error(f"tile of shape {list(shp)} has {n} elements; at most {MAX_TILE_NUMEL} "
+                    f"are allowed per tile")
+    return shp
+
+
 def _static_shape(shp: Any) -> tuple[int, ...]:
     """Tile shapes are compile-time: Python ints (literals, constexprs, folded expressions)."""
     if isinstance(shp, (int, Value)):
@@ -435,7 +451,7 @@ def _static_shape(shp: Any) -> tuple[int, ...]:
         if d < 1:
             raise error(f"tile dims must be positive, got shape {list(shp)}")
         out.append(d)
-    return tuple(out)
+    return _check_numel(tuple(out))
 
 
 def program_id(b, axis: Any) -> Value:
@@ -461,6 +477,7 @@ def arange(b, start: Any, end: Any) -> Value:
                         f"ints, got {describe(v)}")
     if end <= start:
         raise error(f"arange needs end > start, got arange({start}, {end})")
+    _check_numel((end - start,))
     return b.op("iota", [], TileType((end - start,), int32), axis=0, start=start)
 
 

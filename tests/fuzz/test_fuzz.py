@@ -13,8 +13,10 @@ import kdsl.fuzz as F
 
 EXAMPLES = 60
 
-# Features excluded from CI because they hit a known bug (listed in docs/fuzzing.md): none.
-CI_FEATURES = F.ALL_FEATURES
+# Features excluded from CI because they hit a known bug (listed in docs/fuzzing.md):
+# - bf16_scalar: kdsl/ir/interp.py `bf16_bits` turns a 0-d array into shape (1,)
+#   (np.ascontiguousarray), so the interpreter fails storing any bfloat16 scalar.
+CI_FEATURES = F.ALL_FEATURES - {"bf16_scalar"}
 
 
 def _backends() -> list[str]:

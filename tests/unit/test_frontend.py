@@ -594,3 +594,11 @@ def test_runs_softmax_matmul_while_if(interp):
         v = np.array([1.5], np.float32)
         interp.run(f, (1,), [v, n])
         assert v[0] == want
+
+
+@pytest.mark.parametrize("block", [2**23, 2**40])
+def test_oversized_tile_is_a_compilation_error(block):
+    with pytest.raises(CompilationError, match="at most") as e:
+        build(vadd, {"BLOCK": block}, x_ptr=P(float32), y_ptr=P(float32), out_ptr=P(float32),
+              n=S(int32))
+    assert "kd.arange(0, BLOCK)" in str(e.value)
