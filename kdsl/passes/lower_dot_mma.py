@@ -43,12 +43,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from kdsl.ir import tile
-from kdsl.ir.loop import ArrayStore, Assign, Cast, Const, Expr, For, Index, Intrinsic
+from kdsl.ir.loop import (
+    ArrayStore, Assign, Binary, Cast, Const, Expr, For, If, Index, Intrinsic, Stmt,
+)
 from kdsl.ir.loop_interp import INTRINSICS, IntrinsicSim
 from kdsl.ir.types import DType, bfloat16, float16, float32, int8, int32
 
 from . import lower_index as ix
 from .lower_elementwise import register_type
+from .lower_vector import element_index
 
 Coef = tuple[int, int, int]  # (g, t, constant) coefficients of one coordinate
 
@@ -172,6 +175,30 @@ for _kind in MMA_KINDS.values():
 
 # ---------------------------------------------------------------------------- strategy
 
+# Accumulator values one thread may hold in registers during a pass (4 per 16x8 tile); more
+# rows are split into passes.  128 keeps 8-warp 128x128 tiles in one pass (64 values) with
+# room for the fragments and addresses under the 255-register limit.
+MAX_ACC_REGS = 128
+# Largest exchange buffer (accumulator rows x N) the strategy asks for: beyond it the
+# exchange runs in row chunks.  Kept small so that big tiles stay within the static 48 KiB.
+EXCHANGE_BYTES = 32 * 1024
+
+
+@dataclass(frozen=True)
+class MmaPlan:
+    """How a dot is cut: passes of `rows` rows (a multiple of 16 dividing M); in a pass the
+    warps form a `wm` x `wn` grid, warp (wi, wj) owning the `pm` x `pn` block of 16x8 tiles
+    at tile row wi*pm, tile column wj*pn (warps beyond wm*wn idle); the accumulator goes
+    through a shared buffer of `chunk` rows x N, one chunk at a time."""
+
+    kind: MmaKind
+    rows: int
+    wm: int
+    wn: int
+    pm: int
+    pn: int
+    chunk: int
+
 
 def _coord(coef: Coef, g: Expr, t: Expr, base: Expr) -> Expr:
     rg, rt, rc = coef
@@ -183,66 +210,181 @@ def _is_zero(v: tile.Value) -> bool:
     return isinstance(op, tile.Op) and op.kind == "const" and op.attrs.get("value") == 0
 
 
-def applicable(L, op: tile.Op) -> MmaKind | None:
-    """The instruction to use for `op` on L's target, or None for the fallback."""
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _warp_grid(tm: int, tn: int, warps: int) -> tuple[int, int]:
+    """(wm, wn): the most warps that split tm x tn tiles evenly, then the fewest fragment
+    loads per warp (an A fragment is 8 values, a B fragment 4)."""
+    grids = [(wm, wn) for wm in _divisors(tm) for wn in _divisors(tn) if wm * wn <= warps]
+    return min(grids, key=lambda g: (-g[0] * g[1], 8 * (tm // g[0]) + 4 * (tn // g[1])))
+
+
+def plan(L, op: tile.Op) -> MmaPlan | None:
+    """The cut of `op` on L's target, or None when the mma strategy does not apply."""
     kind = mma_kind(op)
     a, b, _ = op.operands
     (M, K), N = a.shape, b.shape[1]
     ws = L.target.warp_size
     if kind is None or ws != 32 or L.T % ws or M % kind.m or N % kind.n or K % kind.k:
         return None
-    # Upper bound of what the strategy adds (the operand copies may exist already).
-    need = sum(v.type.numel * register_type(v.type).itemsize for v in (a, b)) + M * N * 4
-    return kind if L.shared_bytes + need <= L.target.shared_bytes else None
+    # Upper bound of the operand copies (they may exist already), then what is left.
+    left = L.target.shared_bytes - L.shared_bytes - sum(
+        v.type.numel * register_type(v.type).itemsize for v in (a, b))
+    row_bytes = N * kind.acc.itemsize
+    for rows in sorted((16 * d for d in _divisors(M // 16)), reverse=True):
+        wm, wn = _warp_grid(rows // 16, N // 8, L.T // 32)
+        pm, pn = rows // 16 // wm, N // 8 // wn
+        if pm * pn * 4 > MAX_ACC_REGS:
+            continue
+        fits = [16 * d for d in _divisors(rows // 16)
+                if 16 * d * row_bytes <= min(left, EXCHANGE_BYTES)]
+        if not fits:
+            return None
+        return MmaPlan(kind, rows, wm, wn, pm, pn, max(fits))
+    return None
+
+
+def applicable(L, op: tile.Op) -> MmaKind | None:
+    """The instruction to use for `op` on L's target, or None for the fallback."""
+    p = plan(L, op)
+    return p.kind if p is not None else None
+
+
+def _frag_at(layout_elem: tuple[Coef, Coef], grp: Expr, tig: Expr, r0: Expr, c0: Expr
+             ) -> tuple[Expr, Expr]:
+    rc, cc = layout_elem
+    return _coord(rc, grp, tig, r0), _coord(cc, grp, tig, c0)
 
 
 def tensor_core_dot(L, op: tile.Op, fallback: Callable) -> None:
     """Lower `dot` with warp-level mma (see the module docstring), else with `fallback`."""
-    kind = applicable(L, op)
-    if kind is None:
+    p = plan(L, op)
+    if p is None:
         fallback(L, op)
         return
-    a, b, c = op.operands
+    kind, a, b, c = p.kind, *op.operands
     (M, K), N = a.shape, b.shape[1]
     t = kind.acc
     L.close()
     A, B = L.addressable(L.view(a)[0], L.view(b)[0])
-    D = L.shared("acc_sh", t, M * N)
+    X = L.shared("acc_sh", t, p.chunk * N)
     zero = _is_zero(L.canon(c))
-    if not zero:
+    warp, lane, grp, tig, wi, wj = (L.var(n, int32)
+                                    for n in ("warp", "lane", "grp", "tig", "wi", "wj"))
+    for v, x in ((warp, ix.div(L.tid, 32)), (lane, ix.mod(L.tid, 32)), (grp, ix.div(lane, 4)),
+                 (tig, ix.mod(lane, 4)), (wi, ix.div(warp, p.wn)), (wj, ix.mod(warp, p.wn))):
+        L.emit(Assign(v, x))
+    k0 = L.var("k0", int32)
+    # acc[i][j]: the C fragment of the warp's tile (i, j); af[i], bf[j]: its A / B fragments.
+    acc = [[[L.var(f"d{i}_{j}_{x}", t) for x in range(4)] for j in range(p.pn)]
+           for i in range(p.pm)]
+    af = [[L.var(f"a{i}_{x}", register_type(a.type)) for x in range(len(kind.a.elems))]
+          for i in range(p.pm)]
+    bf = [[L.var(f"b{j}_{x}", register_type(b.type)) for x in range(len(kind.b.elems))]
+          for j in range(p.pn)]
+    active = p.wm * p.wn < L.T // 32  # idle warps skip the warp-collective part
+
+    def warps_only(stmts: list[Stmt]) -> None:
+        if active:
+            L.emit(If(Binary("lt", warp, ix.c32(p.wm * p.wn)), stmts))
+        else:
+            L.out.extend(stmts)
+
+    def tile_row(pass_row: int, i: int) -> Expr:  # first row of the warp's tile row i
+        return ix.add(ix.mul(wi, p.pm * 16), ix.c32(pass_row + 16 * i))
+
+    def col(j: int) -> Expr:
+        return ix.add(ix.mul(wj, p.pn * 8), ix.c32(8 * j))
+
+    def exchange(pass_row: int, chunk_row: int, into_regs: bool) -> list[Stmt]:
+        """Fragments <-> the chunk buffer X (rows chunk_row ... of the accumulator)."""
+        out: list[Stmt] = []
+        for i in range(p.pm):
+            r0 = tile_row(pass_row, i)
+            body: list[Stmt] = []
+            for j in range(p.pn):
+                for v, el in zip(acc[i][j], C_LAYOUT.elems):
+                    r, cc = _frag_at(el, grp, tig, ix.add(r0, ix.c32(-chunk_row)), col(j))
+                    at = ix.add(ix.mul(r, N), cc)
+                    body.append(Assign(v, Index(X, at)) if into_regs else ArrayStore(X, at, v))
+            if p.chunk == p.rows:
+                out += body
+            else:  # the tile row is in this chunk or not (chunks are whole tile rows)
+                inside = Binary("eq", ix.div(r0, p.chunk), ix.c32(chunk_row // p.chunk))
+                out.append(If(inside, body))
+        return out
+
+    def mma_loop(pass_row: int) -> Stmt:
+        body: list[Stmt] = []
+        for i in range(p.pm):
+            for x, el in enumerate(kind.a.elems):
+                r, kk = _frag_at(el, grp, tig, tile_row(pass_row, i), k0)
+                body.append(Assign(af[i][x], Index(A, L.at(a, [r, kk])[1])))
+        for j in range(p.pn):
+            for x, el in enumerate(kind.b.elems):
+                kk, cc = _frag_at(el, grp, tig, k0, col(j))
+                body.append(Assign(bf[j][x], Index(B, L.at(b, [kk, cc])[1])))
+        for i in range(p.pm):
+            for j in range(p.pn):
+                body.append(Intrinsic(kind.name, af[i] + bf[j] + acc[i][j], acc[i][j]))
+        return For(k0, ix.c32(0), ix.c32(K), ix.c32(kind.k), body)
+
+    lazy = p.rows == M and p.chunk == M  # one buffer holds the result: read it lazily
+    out = None if lazy else L.array(op.result.name or "dot", t, L.slots(M * N))
+    for pass_row in range(0, M, p.rows):
+        # accumulator in: c's rows of each chunk -> X -> fragments (or zeros)
+        if zero:
+            warps_only([Assign(v, Const(0.0 if t.is_float else 0, t))
+                        for row in acc for frag in row for v in frag])
+        for chunk_row in range(pass_row, pass_row + p.rows, p.chunk) if not zero else ():
+            g = L.open_group(M * N)
+            x = L.read(c)
+            at = ix.add(g.e, ix.c32(-chunk_row * N))
+            store: Stmt = ArrayStore(X, at, x if x.dtype == t else Cast(x, t))
+            if not lazy:
+                store = If(Binary("land", Binary("ge", g.e, ix.c32(chunk_row * N)),
+                                  Binary("lt", g.e, ix.c32((chunk_row + p.chunk) * N))),
+                           [store])
+            g.body.append(store)
+            L.close()
+            L.barrier()
+            warps_only(exchange(pass_row, chunk_row, True))
+            L.barrier()
+        warps_only([mma_loop(pass_row)])
+        # accumulator out: fragments -> X -> the lowering's layout, a chunk at a time
+        for chunk_row in range(pass_row, pass_row + p.rows, p.chunk):
+            warps_only(exchange(pass_row, chunk_row, False))
+            L.barrier()
+            if lazy:
+                break
+            _read_chunk(L, X, out, chunk_row * N, p.chunk * N, M * N)
+            L.barrier()
+    if lazy:
         g = L.open_group(M * N)
-        x = L.read(c)
-        g.body.append(ArrayStore(D, g.e, x if x.dtype == t else Cast(x, t)))
-        L.close()
-        L.barrier()
-    warp, lane, grp, tig = (L.var(n, int32) for n in ("warp", "lane", "grp", "tig"))
-    L.emit(Assign(warp, ix.div(L.tid, 32)))
-    L.emit(Assign(lane, ix.mod(L.tid, 32)))
-    L.emit(Assign(grp, ix.div(lane, 4)))
-    L.emit(Assign(tig, ix.mod(lane, 4)))
-    tiles_n = N // kind.n
-    tile_var, r0, c0, k0 = (L.var(n, int32) for n in ("mt", "r0", "c0", "k0"))
-    d = [L.var(f"d{i}", t) for i in range(len(C_LAYOUT.elems))]
-    d_at = [ix.add(ix.mul(_coord(rc, grp, tig, r0), N), _coord(cc, grp, tig, c0))
-            for rc, cc in C_LAYOUT.elems]
-    args: list[Expr] = []
-    for rc, cc in kind.a.elems:
-        args.append(Index(A, L.at(a, [_coord(rc, grp, tig, r0), _coord(cc, grp, tig, k0)])[1]))
-    for rc, cc in kind.b.elems:
-        args.append(Index(B, L.at(b, [_coord(rc, grp, tig, k0), _coord(cc, grp, tig, c0)])[1]))
-    inner = For(k0, ix.c32(0), ix.c32(K), ix.c32(kind.k), [Intrinsic(kind.name, args + d, d)])
-    body = [Assign(r0, ix.mul(ix.div(tile_var, tiles_n), kind.m)),
-            Assign(c0, ix.mul(ix.mod(tile_var, tiles_n), kind.n))]
-    body += [Assign(v, Const(0.0 if t.is_float else 0, t) if zero else Index(D, at))
-             for v, at in zip(d, d_at)]
-    body += [inner] + [ArrayStore(D, at, v) for v, at in zip(d, d_at)]
-    tiles = (M // kind.m) * tiles_n
-    L.emit(For(tile_var, warp, ix.c32(tiles), ix.c32(L.T // 32), body))
-    L.barrier()
-    g = L.open_group(M * N)
-    g.ops.add(id(op))
-    L.bind(op.result, Index(D, g.e), g)
+        g.ops.add(id(op))
+        L.bind(op.result, Index(X, g.e), g)
+    else:
+        L.regs[op.result.id] = out
 
 
-__all__ = ["C_LAYOUT", "MMA_KINDS", "Layout", "MmaKind", "applicable", "mma_kind",
-           "mma_reference", "tensor_core_dot"]
+def _read_chunk(L, X, out, lo: int, n: int, numel: int) -> None:
+    """out[slot] = X[e - lo] for the thread's elements e in [lo, lo + n) of a tile of `numel`:
+    a plain slot range when chunks are whole runs of every thread's slots, else all slots,
+    guarded."""
+    T, V = L.T, L.vector.width(numel)
+    k = L.var("k", int32)
+    e = element_index(L.tid, k, T, V)
+    if n % (V * T) == 0:
+        body: list[Stmt] = [ArrayStore(out, k, Index(X, ix.add(e, ix.c32(-lo))))]
+        L.emit(For(k, ix.c32(lo // T), ix.c32((lo + n) // T), ix.c32(1), body))
+        return
+    ev = L.var("e", int32)
+    inside = Binary("land", Binary("ge", ev, ix.c32(lo)), Binary("lt", ev, ix.c32(lo + n)))
+    body = [Assign(ev, e), If(inside, [ArrayStore(out, k, Index(X, ix.add(ev, ix.c32(-lo))))])]
+    L.emit(For(k, ix.c32(0), ix.c32(L.slots(numel)), ix.c32(1), body))
+
+
+__all__ = ["C_LAYOUT", "EXCHANGE_BYTES", "MAX_ACC_REGS", "MMA_KINDS", "Layout", "MmaKind",
+           "MmaPlan", "applicable", "mma_kind", "mma_reference", "plan", "tensor_core_dot"]

@@ -4,14 +4,26 @@ Every tile element is addressed by its row-major flat index `e` (an int32 Loop I
 These helpers build the Loop IR expressions that turn `e` into coordinates and back, folding
 constants and using shifts and masks for powers of two so the generated code stays small and
 vectorisable.
+
+Nested element loops.  A one-thread group over a tile of several dims runs one loop per
+(non-unit) dim, innermost = last dim (`nest`), so that accesses along the last dim are
+contiguous for the vectoriser instead of coordinates computed from `e` by shifts and masks
+(which LLVM turns into gathers).  `nest` registers the flat index variable with its loop
+variables; `coord` then answers coordinates of that shape with the loop variables directly.
+`nested_flat` is the ONE map from those loop indices to the flat element index.
 """
 
 from __future__ import annotations
 
 from math import prod
+from weakref import WeakKeyDictionary
 
-from kdsl.ir.loop import Binary, Const, Expr
+from kdsl.ir.loop import Binary, Const, Expr, Var
 from kdsl.ir.types import int32
+
+# Flat index variable -> (its non-unit dims, one loop variable per dim); see `nest`.  Weak:
+# entries die with the lowering that made them.
+_NESTED: WeakKeyDictionary[Var, tuple[tuple[int, ...], tuple[Var, ...]]] = WeakKeyDictionary()
 
 
 def c32(v: int) -> Const:
@@ -84,9 +96,40 @@ def strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(prod(shape[i + 1:]) for i in range(len(shape)))
 
 
+def nest_dims(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The dims a nested element loop over `shape` runs (unit dims dropped)."""
+    return tuple(d for d in shape if d != 1)
+
+
+def nest(e: Var, dims: tuple[int, ...], loops: tuple[Var, ...]) -> None:
+    """Declare that flat index `e` is `nested_flat(loops, dims)`, with loops[i] in
+    range(dims[i]): `coord` of shapes with these non-unit dims reads the loop variables."""
+    _NESTED[e] = (tuple(dims), tuple(loops))
+
+
+def nested_flat(loops: tuple[Expr, ...], dims: tuple[int, ...]) -> Expr:
+    """Row-major flat index of loop indices `loops` over `dims` (the one map)."""
+    return flatten(list(loops), dims)
+
+
+def _nested_coord(e: Expr, shape: tuple[int, ...], axis: int) -> Expr | None:
+    nested = _NESTED.get(e) if isinstance(e, Var) else None
+    if nested is None:
+        return None
+    dims, loops = nested
+    if shape[axis] == 1:
+        return c32(0)
+    if nest_dims(shape) != dims:
+        return None
+    return loops[sum(1 for d in shape[:axis] if d != 1)]
+
+
 def coord(e: Expr, shape: tuple[int, ...], axis: int) -> Expr:
     """Coordinate along `axis` of flat index `e` (< numel) of a tile of `shape`.
     The outermost axis needs no modulo since `e < numel`."""
+    c = _nested_coord(e, shape, axis)
+    if c is not None:
+        return c
     c = div(e, strides(shape)[axis])
     return c if axis == 0 else mod(c, shape[axis])
 

@@ -10,6 +10,10 @@ as ONE element loop
 
     for k in range(S):  e = tid + k*T;  [if e < N:]  one Assign per op
 
+With one thread, a group opened by an op of several (non-unit) dims runs nested loops instead,
+one per dim, innermost = last dim, and `k = e` is rebuilt from them (lower_index.py `nest`):
+loads and stores along the last dim are then contiguous vector accesses, not gathers.
+
 A group value that is needed elsewhere (a later group, a reduction, a loop carry, a yield) is
 also written to its register array (size S, indexed by k).  Scalar ops are emitted in program
 order before the open group's loop (they never depend on it).  A group ends at a non-fusable op,
@@ -131,6 +135,9 @@ class Group:
     addressed: set[str] = field(default_factory=set)
     width: int = 1  # V of the layout for this numel (lower_vector.py)
     vec: VecGroup | None = None  # vector accesses of the group, if any
+    # One-thread nested loops (T == 1, several dims): the dims and their loop variables.
+    dims: tuple[int, ...] = ()
+    loops: tuple[Var, ...] = ()
 
 
 class Lowerer:
@@ -231,8 +238,9 @@ class Lowerer:
 
     # ------------------------------------------------------------------------------ groups
 
-    def open_group(self, n: int) -> Group:
-        """The open group of numel n (closing another one first)."""
+    def open_group(self, n: int, shape: tuple[int, ...] | None = None) -> Group:
+        """The open group of numel n (closing another one first).  A new one-thread group
+        given the `shape` of its first op loops over each of its dims (see `close`)."""
         if self.group is not None and self.group.n != n:
             self.close()
         if self.group is None:
@@ -240,7 +248,12 @@ class Lowerer:
             e: Expr = k
             if self.T > 1:
                 e = self.var("e", int32)
-            self.group = Group(n, self.slots(n), k, e, width=self.vector.width(n))
+            self.group = g = Group(n, self.slots(n), k, e, width=self.vector.width(n))
+            dims = ix.nest_dims(shape) if shape is not None and self.T == 1 else ()
+            if len(dims) > 1:
+                g.dims = dims
+                g.loops = tuple(self.var(f"k{d}_", int32) for d in range(len(dims)))
+                ix.nest(k, dims, g.loops)
         return self.group
 
     def close(self) -> None:
@@ -265,6 +278,16 @@ class Lowerer:
                 body = [Assign(g.e, e)] + body
             else:
                 self.variables.remove(g.e)
+        if g.vec is None and g.loops:
+            # Nested loops, innermost = last dim; k (= e) is rebuilt from them if read.
+            if _mentions(body, g.k):
+                body = [Assign(g.k, ix.nested_flat(g.loops, g.dims))] + body
+            else:
+                self.variables.remove(g.k)
+            for var, d in reversed(list(zip(g.loops, g.dims))):
+                body = [For(var, ix.c32(0), ix.c32(d), ix.c32(1), body)]
+            self.out.extend(body)
+            return
         if g.vec is None:
             self.out.append(For(g.k, ix.c32(0), ix.c32(g.s), ix.c32(1), body))
             return
@@ -557,7 +580,7 @@ class Lowerer:
         if (k in tile.SIDE_EFFECTS or k == "load") and self.group is not None \
                 and self.group.vec is not None and self.group.vec.post:
             self.close()  # deferred vector stores come before the next memory access
-        g = self.open_group(prod(shape))
+        g = self.open_group(prod(shape), shape)
         g.ops.add(id(op))
         if k in GATHERS:
             self.bind(op.result, self.read_at(src, self.gather_index(op, g.e)), g)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 
 import kdsl.fuzz as F
 
-EXAMPLES = 110
+EXAMPLES = 150
 
 # Features excluded from CI because they hit a known bug (listed in docs/fuzzing.md):
 # - bf16_scalar: kdsl/ir/interp.py `bf16_bits` turns a 0-d array into shape (1,)
