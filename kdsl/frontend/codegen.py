@@ -306,8 +306,12 @@ class CodeGenerator(ast.NodeVisitor):
             if not semantic.is_value(like):
                 return semantic.to_value(self.b, x, semantic.binary_dtype(x, like))
             dt = like.type.elem
-            v = semantic.to_value(self.b, x, semantic.weak_dtype(x, dt)
-                                  if isinstance(dt, DType) else None)
+            if isinstance(dt, DType) and dt.is_bool and isinstance(x, int) and x in (0, 1):
+                # 0/1/False/True beside a boolean value is that boolean (not an int32 literal)
+                v = semantic.to_value(self.b, x, dt)
+            else:
+                v = semantic.to_value(self.b, x, semantic.weak_dtype(x, dt)
+                                      if isinstance(dt, DType) else None)
             return semantic.broadcast_to(self.b, v, like.shape)
 
     # --------------------------------------------------------------------------- loops

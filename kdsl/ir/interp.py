@@ -51,7 +51,8 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype == np.float64:
         x = _f64_to_f32_odd(x)
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    # np.ascontiguousarray turns a 0-d array into shape (1,): keep the caller's shape
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).reshape(x.shape)
     # Adding 0x7FFF plus the lowest kept bit rounds to nearest with ties to even; a carry into
     # the exponent correctly produces the next binade or infinity.
     rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
@@ -287,7 +288,8 @@ def _bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
 
 def _tf32(x: np.ndarray) -> np.ndarray:
     """Round float32 to TF32 (10 explicit mantissa bits), nearest even."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    x = np.asarray(x)
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).reshape(x.shape)
     r = (u + np.uint32(0xFFF) + ((u >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
     finite = (u & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
     return np.where(finite, r, u).view(np.float32)

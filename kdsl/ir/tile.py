@@ -47,6 +47,7 @@ Shapes are equal on both sides of binary ops: the frontend inserts `broadcast`/`
 from __future__ import annotations
 
 import itertools
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -217,6 +218,27 @@ class Function:
 # ----------------------------------------------------------------------------------- printer
 
 
+_DEFAULT_NAN_BITS = 0x7FF8000000000000
+
+
+def format_attr(v: Any) -> str:
+    """Text of an attribute or constexpr value: Python's `repr` (strings quoted, dtypes by name,
+    `inf`/`-inf`/`nan`), except that a NaN other than the default quiet one keeps its sign and
+    payload (`-nan`, `nan(0x7ff8000000000001)`), so the text parses back to the same bits
+    (`kdsl/ir/parser.py`). A constant folded from `0.0 / 0.0` is such a NaN on most CPUs."""
+    if type(v) is float and v != v:
+        bits = struct.unpack("<Q", struct.pack("<d", v))[0]
+        if bits & ~(1 << 63) == _DEFAULT_NAN_BITS:
+            return "-nan" if bits >> 63 else "nan"
+        return f"nan(0x{bits:016x})"
+    if type(v) is tuple:
+        inner = ", ".join(format_attr(x) for x in v)
+        return f"({inner},)" if len(v) == 1 else f"({inner})"
+    if type(v) is list:
+        return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    return repr(v)
+
+
 def print_function(fn: Function) -> str:
     """Stable text form: values numbered in order of definition, one op per line."""
     names: dict[int, str] = {}
@@ -232,7 +254,7 @@ def print_function(fn: Function) -> str:
     params = []
     for p in fn.params:
         if p.is_constexpr:
-            params.append(f"{p.name}: constexpr = {p.constexpr!r}")
+            params.append(f"{p.name}: constexpr = {format_attr(p.constexpr)}")
         else:
             params.append(f"{name(p.value)}: {p.type}")
     lines.append(f"func @{fn.name}({', '.join(params)}) {{")
@@ -240,7 +262,8 @@ def print_function(fn: Function) -> str:
     def attrs_str(op: Op) -> str:
         if not op.attrs:
             return ""
-        return " {" + ", ".join(f"{k}={v!r}" for k, v in sorted(op.attrs.items())) + "}"
+        items = sorted(op.attrs.items())
+        return " {" + ", ".join(f"{k}={format_attr(v)}" for k, v in items) + "}"
 
     def emit_block(block: Block, indent: int) -> None:
         pad = "  " * indent

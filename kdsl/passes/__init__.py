@@ -12,15 +12,17 @@ from kdsl.ir import tile
 from .canonicalize import canonicalize
 from .checks import insert_checks
 from .cse import cse, dce
+from .loop_pointers import strength_reduce_pointers
 from .manager import PassError, PassManager, replace_all_uses
 
 #: The Tile IR pipeline, in order: stage "tile.<name>" records the IR after each.
-TILE_PASSES = [("canonicalize", canonicalize), ("cse", cse), ("dce", dce)]
+TILE_PASSES = [("canonicalize", canonicalize), ("loop_pointers", strength_reduce_pointers),
+               ("cse", cse), ("dce", dce)]
 
 
 def run_tile_passes(fn: tile.Function) -> tuple[tile.Function, dict[str, str]]:
     """Optimise `fn` (in place) and return it with the printed IR of every stage:
-    "tile", "tile.canonicalize", "tile.cse", "tile.dce"."""
+    "tile", "tile.canonicalize", "tile.loop_pointers", "tile.cse", "tile.dce"."""
     # Checked mode (`fn.attrs["check"]`) first adds its bounds and hint checks, which the
     # optimisation passes then simplify; an unchecked kernel's pipeline is unchanged.
     checks = [("check", insert_checks)] if fn.attrs.get("check") else []
@@ -39,4 +41,5 @@ __all__ = [
     "dce",
     "replace_all_uses",
     "run_tile_passes",
+    "strength_reduce_pointers",
 ]

@@ -332,7 +332,15 @@ def tensor_core_dot(L, op: tile.Op, fallback: Callable) -> None:
         return For(k0, ix.c32(0), ix.c32(K), ix.c32(kind.k), body)
 
     lazy = p.rows == M and p.chunk == M  # one buffer holds the result: read it lazily
-    out = None if lazy else L.array(op.result.name or "dot", t, L.slots(M * N))
+    out = None
+    cv = L.canon(c)
+    if not lazy and not zero and L.users.get(cv.id) == [op] and cv.id in L.regs \
+            and L.regs[cv.id].dtype == t:
+        # The accumulator dies here: the result overwrites its registers (each pass reads
+        # its rows of c before writing them), which keeps one M*N array live, not two.
+        out = L.regs[cv.id]
+    elif not lazy:
+        out = L.array(op.result.name or "dot", t, L.slots(M * N))
     for pass_row in range(0, M, p.rows):
         # accumulator in: c's rows of each chunk -> X -> fragments (or zeros)
         if zero:

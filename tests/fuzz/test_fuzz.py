@@ -13,10 +13,8 @@ import kdsl.fuzz as F
 
 EXAMPLES = 150
 
-# Features excluded from CI because they hit a known bug (listed in docs/fuzzing.md):
-# - bf16_scalar: kdsl/ir/interp.py `bf16_bits` turns a 0-d array into shape (1,)
-#   (np.ascontiguousarray), so the interpreter fails storing any bfloat16 scalar.
-CI_FEATURES = F.ALL_FEATURES - {"bf16_scalar"}
+# Every generated feature runs in CI (the bugs the fuzzer found are fixed: docs/fuzzing.md).
+CI_FEATURES = F.ALL_FEATURES
 
 
 def _backends() -> list[str]:

@@ -602,3 +602,19 @@ def test_oversized_tile_is_a_compilation_error(block):
         build(vadd, {"BLOCK": block}, x_ptr=P(float32), y_ptr=P(float32), out_ptr=P(float32),
               n=S(int32))
     assert "kd.arange(0, BLOCK)" in str(e.value)
+
+
+def if_bool_or_zero(x_ptr, out_ptr, si, BLOCK: kd.constexpr):
+    r = kd.arange(0, BLOCK)
+    c = kd.load(x_ptr + r) > 0
+    if si > 0:
+        b = kd.min(c, axis=0)
+    else:
+        b = 0
+    kd.store(out_ptr, b.to(kd.int32))
+
+
+def test_if_branch_constant_takes_the_boolean_type():
+    f = build(if_bool_or_zero, {"BLOCK": 8}, x_ptr=P(float32), out_ptr=P(int32), si=S(int32))
+    (op,) = [o for o in f.walk() if o.kind == "if"]
+    assert [r.type.elem for r in op.results] == [kd.int1]

@@ -665,3 +665,11 @@ def test_checked_launch_raises_out_of_bounds_error():
     fn.attrs["check"] = True
     with pytest.raises(OutOfBoundsError, match="kern.py:7"):
         run(fn, (1, 1, 1), np.zeros(4, np.float32))
+
+
+def test_bf16_and_tf32_rounding_keep_scalar_shape():
+    from kdsl.ir.interp import _tf32, round_bf16
+
+    assert round_bf16(np.asarray(np.float32(1.5))).shape == ()
+    assert _tf32(np.asarray(np.float32(1.5))).shape == ()
+    assert round_bf16(np.ones((2, 3), np.float32)).shape == (2, 3)
