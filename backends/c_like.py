@@ -74,6 +74,11 @@ class CDialect:
     # {V} (the vector type) and {p}.  Empty: the dialect has no vector access.
     vector_types: Mapping[str, str] = field(default_factory=dict)
     vector_ptr: str = "(({V}*)({p}))"
+    # Dynamic shared memory (CUDA): when a kernel's shared arrays need more than
+    # `static_shared_bytes`, they are declared as aligned slices of the one unsized buffer
+    # `dynamic_shared` names (`extern __shared__`), sized at launch.  Empty: always static.
+    dynamic_shared: str = ""
+    static_shared_bytes: int = 0
 
 
 # ----------------------------------------------------------------------------------- names
@@ -535,6 +540,13 @@ class CEmitter:
         return f"{ctype} {name}"
 
     def declaration(self, a: loop.Array) -> str:
+        offsets, total = shared_layout(self.k)
+        if a.space == "shared" and self.d.dynamic_shared and total > self.d.static_shared_bytes:
+            # a slice of the dynamic buffer: `float* x = (float*)(kd_smem + offset);`
+            ptr = f"{self.mem_type(a.dtype)}*" if not isinstance(a.dtype, PointerType) else \
+                f"{self.ctype(a.dtype)}*"
+            return (f"{ptr} {self.names('a', a.name)} = ({ptr})({self.d.dynamic_shared} + "
+                    f"{offsets[a.name]});  /* [{a.size}] */")
         qual = f"{self.d.shared_qual} " if a.space == "shared" else ""
         if isinstance(a.dtype, PointerType):  # a tile of pointers held per thread
             return f"{qual}{self.ctype(a.dtype)} {self.names('a', a.name)}[{a.size}];"
@@ -561,8 +573,13 @@ class CEmitter:
             variables=variables, specials=sorted(self.specials.items()), body=body,
             helpers=self._helper_records(), fp64=self.uses_fp64,
             int64_atomics=self.uses_int64_atomics, fast_math=bool(k.attrs.get("fast_math")),
-            intrinsics=sorted(self.intrinsics),
+            intrinsics=sorted(self.intrinsics), dynamic_shared=self.dynamic_shared_bytes(),
         ).rstrip() + "\n"
+
+    def dynamic_shared_bytes(self) -> int:
+        """Bytes of the dynamic shared buffer (0: shared arrays are static)."""
+        total = shared_layout(self.k)[1]
+        return total if self.d.dynamic_shared and total > self.d.static_shared_bytes else 0
 
     def _helper_records(self) -> list[dict[str, str]]:
         """Helper definitions the template renders, in a stable order."""
@@ -627,6 +644,22 @@ def format_const(value: object, t: loop.Type, d: CDialect) -> str:
     if t.bits < 32:
         return f"(({d.types[t.name]}){text})"
     return f"({text})" if v < 0 else text
+
+
+SHARED_ALIGN = 16  # bytes: every slice of a dynamic shared buffer starts at a multiple
+
+
+def shared_layout(kernel: loop.Kernel) -> tuple[dict[str, int], int]:
+    """Byte offset of each shared array in one buffer (declaration order, each aligned to
+    `SHARED_ALIGN`) and the buffer's size."""
+    offsets: dict[str, int] = {}
+    end = 0
+    for a in kernel.arrays:
+        if a.space == "shared":
+            end = -(-end // SHARED_ALIGN) * SHARED_ALIGN
+            offsets[a.name] = end
+            end += a.size * (8 if isinstance(a.dtype, PointerType) else a.dtype.itemsize)
+    return offsets, end
 
 
 def stored_params(kernel: loop.Kernel) -> set[int]:

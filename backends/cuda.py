@@ -27,9 +27,14 @@ from kdsl.ir import loop
 from kdsl.target import Target
 
 from .base import Backend, BoundArg
-from .c_like import CDialect, emit, kernel_name, math_names, stored_params
+from .c_like import CDialect, CEmitter, emit, kernel_name, math_names, stored_params
 
 DEFAULT_ARCH = "sm_80"
+# Static `__shared__` arrays of one block are limited to 48 KiB; beyond it a kernel uses
+# dynamic shared memory, up to the device's opt-in limit (per-arch defaults without a device).
+STATIC_SHARED_BYTES = 48 * 1024
+OPTIN_SHARED_BYTES = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024,
+                      90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
 OPTIONS = ["-std=c++17"]
 FAST_MATH = "--use_fast_math"
 
@@ -70,6 +75,8 @@ def cuda_dialect() -> CDialect:
         # VecLoad/VecStore (kdsl/passes/lower_vector.py): float4, int4, ushort4 (16-bit floats
         # as bits), ... whose aligned loads are ld.global.v4 / ld.global.v2
         vector_types=CUDA_VECTOR_TYPES,
+        # more than 48 KiB of __shared__ arrays: slices of one `extern __shared__` buffer
+        dynamic_shared="kd_smem", static_shared_bytes=STATIC_SHARED_BYTES,
     )
 
 
@@ -281,12 +288,37 @@ def _sm(arch: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def shared_limit(arch: str) -> int:
+    """Shared memory one block may use on `arch` without a device: the opt-in limit of the
+    architecture (the largest table entry not above it), else the static 48 KiB."""
+    sm = _sm(arch)
+    known = [v for k, v in sorted(OPTIN_SHARED_BYTES.items()) if k <= sm and k // 10 == sm // 10]
+    return known[-1] if known else STATIC_SHARED_BYTES
+
+
+def device_shared_limit() -> int | None:
+    """The current device's opt-in shared memory per block (None without a device)."""
+    try:
+        from cupy.cuda import runtime
+
+        attr = runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin
+        return int(runtime.deviceGetAttribute(attr, runtime.getDevice()))
+    except Exception:
+        return None
+
+
+def dynamic_shared_bytes(kernel: loop.Kernel) -> int:
+    """Bytes of dynamic shared memory `kernel` needs at launch (0 when its arrays are static)."""
+    return CEmitter(kernel, cuda_dialect()).dynamic_shared_bytes()
+
+
 
 class _Loaded:
     """A loaded module (kept alive with its function) and the cubin it came from."""
 
-    def __init__(self, module: Any, function: Any, cubin: bytes) -> None:
+    def __init__(self, module: Any, function: Any, cubin: bytes, shared_mem: int = 0) -> None:
         self.module, self.function, self.cubin = module, function, cubin
+        self.shared_mem = shared_mem  # dynamic shared bytes passed at every launch
 
 
 class CUDABackend(Backend):
@@ -305,7 +337,9 @@ class CUDABackend(Backend):
         caps = self.caps
         if _sm(self.arch()) < 80:  # mma.sync m16n8k16 (f16, bf16), m16n8k8 tf32: sm_80+
             caps = caps - {"tensor_cores"}
-        return Target("cuda", threads=num_warps * 32, warp_size=32, shared_bytes=48 * 1024,
+        shared = (device_shared_limit() if self.is_available() else None) or shared_limit(
+            self.arch())
+        return Target("cuda", threads=num_warps * 32, warp_size=32, shared_bytes=shared,
                       caps=caps)
 
     def arch(self) -> str:
@@ -341,7 +375,15 @@ class CUDABackend(Backend):
 
         module = cupy.cuda.function.Module()
         module.load(cubin)
-        return _Loaded(module, module.get_function(kernel_name(kernel.name)), cubin)
+        function = module.get_function(kernel_name(kernel.name))
+        shared = dynamic_shared_bytes(kernel)
+        if shared > STATIC_SHARED_BYTES:  # opt in to more than 48 KiB (per function)
+            from cupy.cuda import driver
+
+            driver.funcSetAttribute(function.ptr,
+                                    driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    shared)
+        return _Loaded(module, function, cubin, shared)
 
     def serialize(self, handle: Any) -> bytes | None:
         return handle.cubin
@@ -380,7 +422,7 @@ class CUDABackend(Backend):
                 dt = np.uint8 if param.dtype.is_bool else param.dtype.np
                 values.append(np.dtype(dt).type(arg.value))
         handle.function(grid, (kernel.threads, 1, 1), tuple(values),
-               stream=cupy.cuda.get_current_stream())
+                        shared_mem=handle.shared_mem, stream=cupy.cuda.get_current_stream())
         stored = stored_params(kernel)
         for i, arg, dev in copies:
             if i in stored and arg.nbytes:

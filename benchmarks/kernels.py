@@ -15,6 +15,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import kdsl.kernels as K
+import numba_peers as NB
 from common import median_ms
 
 import kdsl as kd
@@ -65,7 +66,7 @@ def _np_quant(x, w, s, gs):
 
 
 def cases(rng):
-    """(name, size, kdsl call(backend), numpy call)."""
+    """({name: numba call}, [(name, kdsl call(backend), numpy call)])."""
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     x, w, b = f(1024, 4096), f(4096), f(4096)
     xl = f(32, 32768)
@@ -77,7 +78,14 @@ def cases(rng):
     lens = np.full(16, 500, np.int32)
     xq, wq, sq = f(16, 4096), rng.integers(-128, 128, (4096, 4096)).astype(np.int8), \
         (rng.random((32, 4096)) * 0.01).astype(np.float32)
-    return [
+    out, outl = np.empty_like(x), np.empty_like(xl)
+    numba = {  # Numba peers (parallel, fastmath) where the kernel is a per-row loop
+        "softmax 1024x4096": lambda: NB.softmax(x, out),
+        "softmax online 32x32768": lambda: NB.softmax(xl, outl),
+        "layer_norm 1024x4096": lambda: NB.layer_norm(x, w, b, np.float32(1e-5), out),
+        "rms_norm 1024x4096": lambda: NB.rms_norm(x, w, np.float32(1e-6), out),
+    } if NB.available() else {}
+    return numba, [
         ("softmax 1024x4096", lambda be: K.softmax(x, backend=be), lambda: _np_softmax(x)),
         ("softmax online 32x32768", lambda be: K.softmax(xl, backend=be), lambda: _np_softmax(xl)),
         ("layer_norm 1024x4096", lambda be: K.layer_norm(x, w, b, backend=be),
@@ -107,21 +115,21 @@ def main() -> None:
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     args = ap.parse_args()
     backends = [b for b in args.backends.split(",") if b in kd.available_backends()]
-    try:
-        import numba  # noqa: F401
-        print("numba is importable, but no Numba versions are written yet")
-    except ImportError:
-        pass
     rng = np.random.default_rng(0)
-    head = f"{'kernel':28s} {'numpy ms':>9s}" + "".join(f" {b + ' ms':>10s} {'ratio':>6s}"
-                                                         for b in backends)
-    print(head)
+    numba, rows = cases(rng)
+    if not NB.available():
+        print("numba is not installed: no Numba column (pip install numba)")
+    head = (f"{'kernel':28s} {'numpy ms':>9s} {'numba ms':>9s}"
+            + "".join(f" {b + ' ms':>10s} {'ratio':>6s}" for b in backends))
+    print(head + "   (ratio = kdsl / NumPy time)")
     print("-" * len(head))
-    for name, run, ref in cases(rng):
+    for name, run, ref in rows:
         if args.only and args.only not in name:
             continue
         t_np = median_ms(ref, repeat=args.repeat, warmup=1)
-        row = f"{name:28s} {t_np:9.2f}"
+        t_nb = (f"{median_ms(numba[name], repeat=args.repeat, warmup=2):9.2f}" if name in numba
+                else f"{'-':>9s}")
+        row = f"{name:28s} {t_np:9.2f} {t_nb}"
         for be in backends:
             t = median_ms(lambda run=run, be=be: run(be), repeat=args.repeat, warmup=2)
             row += f" {t:10.2f} {t / t_np:6.2f}"
