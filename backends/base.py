@@ -85,6 +85,10 @@ class Backend(ABC):
     ) -> None:
         """Run `grid[0]*grid[1]*grid[2]` program instances; `args` follow `kernel.params`."""
 
+    def device_kind(self) -> str:
+        """"cpu" or "gpu": the kind of device kernels run on (tuning tables key on it)."""
+        return "cpu"
+
     def owns(self, array: Any) -> bool:
         """True when `array` is this backend's device array (used to pick a default backend)."""
         return False

@@ -325,6 +325,9 @@ class CUDABackend(Backend):
     name = "cuda"
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads"})
 
+    def device_kind(self) -> str:
+        return "gpu"
+
     def is_available(self) -> bool:
         try:
             import cupy

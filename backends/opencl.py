@@ -179,6 +179,11 @@ class OpenCLBackend(Backend):
     def is_available(self) -> bool:
         return self._device() is not None
 
+    def device_kind(self) -> str:
+        import pyopencl as cl
+        dev = self._device()
+        return "cpu" if dev is None or dev.type & cl.device_type.CPU else "gpu"
+
     @property
     def caps(self) -> frozenset[str]:  # type: ignore[override]
         dev = self._device()

@@ -12,7 +12,8 @@ Rationale for the defaults:
   which keeps the three tiles (16 KiB + 8 KiB + 8 KiB in fp32) in L1/L2.
 - interp runs tiles through NumPy, where the cost is per op, not per element: it uses the
   same tiles as llvm (tests keep its shapes tiny).
-- GPU backends (cuda, opencl) spread a tile over num_warps * 32 threads.
+- GPU backends (cuda, opencl) spread a tile over num_warps * 32 threads. A table may have a
+  row set for a backend on one device kind, e.g. "opencl-cpu" (PoCL), picked first.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ ROW: dict[str, list[Row]] = {
     "default": [(1024, {"num_warps": 4}), (INF, {"num_warps": 8})],
     "llvm": [(INF, {"num_warps": 1})],
     "interp": [(INF, {"num_warps": 1})],
+    # PoCL runs a work-group's work-items as loops split at every barrier: the fewest
+    # work-items (one warp) cost least (measured 4-8x faster than 8 warps on softmax)
+    "opencl-cpu": [(INF, {"num_warps": 1})],
 }
 # Tile of the looping row kernels (online softmax, long-row norms).
 ROW_LOOP_BLOCK: dict[str, int] = {"default": 2048, "llvm": 2048, "interp": 1024}
@@ -42,7 +46,7 @@ MATMUL: dict[str, list[Row]] = {
     ],
     "llvm": [
         (32 * 32, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1}),
-        (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1}),
+        (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1}),
     ],
     "interp": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
                       "num_warps": 1})],
@@ -60,6 +64,8 @@ QUANT: dict[str, list[Row]] = {
                       "num_warps": 1})],
 }
 
+QUANT["opencl-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT["default"]]
+
 ATTENTION: dict[str, list[Row]] = {
     # size = seq_q
     "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4})],
@@ -67,6 +73,8 @@ ATTENTION: dict[str, list[Row]] = {
              (INF, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1})],
     "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1})],
 }
+
+ATTENTION["opencl-cpu"] = [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1})]
 
 DECODE: dict[str, list[Row]] = {
     # size = head dim; the token tile is the cache block size
@@ -76,9 +84,24 @@ DECODE: dict[str, list[Row]] = {
 }
 
 
+DECODE["opencl-cpu"] = [(INF, {"num_warps": 1})]
+
+
+def _rows(table: dict[str, list[Row]], backend: str) -> list[Row]:
+    """The rows for `backend` on this machine's device kind ("opencl-cpu"), else for the
+    backend, else the default."""
+    from kdsl.backends import get_backend
+
+    kind = get_backend(backend).device_kind()
+    for key in (f"{backend}-{kind}", backend):
+        if key in table:
+            return table[key]
+    return table["default"]
+
+
 def pick(table: dict[str, list[Row]], backend: str, size: int) -> dict[str, Any]:
     """Meta-parameters of the first row of `table[backend]` (else "default") covering `size`."""
-    rows = table.get(backend, table["default"])
+    rows = _rows(table, backend)
     for bound, meta in rows:
         if size <= bound:
             return dict(meta)
@@ -88,7 +111,7 @@ def pick(table: dict[str, list[Row]], backend: str, size: int) -> dict[str, Any]
 def candidates(table: dict[str, list[Row]], backend: str) -> list[dict[str, Any]]:
     """Every distinct configuration listed for `backend` (an autotuner's search space)."""
     seen: list[dict[str, Any]] = []
-    for _, meta in table.get(backend, table["default"]):
+    for _, meta in _rows(table, backend):
         if meta not in seen:
             seen.append(dict(meta))
     return seen

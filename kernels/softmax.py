@@ -34,26 +34,24 @@ def softmax_fused_kernel(x_ptr, y_ptr, n_cols, BLOCK: kd.constexpr):
 def softmax_online_kernel(x_ptr, y_ptr, n_cols, BLOCK: kd.constexpr):
     row = kd.program_id(0)
     base = row * n_cols
-    # Per-lane running max and sum: each lane sees every BLOCK-th element; lanes are merged
-    # at the end.  A lane starts at -inf with sum 0; exp(-inf - m) = 0 keeps it neutral.
-    m = kd.full((BLOCK,), -float("inf"), kd.float32)
-    s = kd.zeros((BLOCK,), kd.float32)
+    # Running row maximum `m` and sum `s` of exp(x - m), rescaled whenever the maximum grows:
+    # one exp per element per pass, and the per-tile max/sum reductions vectorise.
+    m = -float("inf")
+    s = 0.0
     for off in range(0, n_cols, BLOCK):
         cols = off + kd.arange(0, BLOCK)
         x = kd.load(x_ptr + base + cols, mask=cols < n_cols, other=-float("inf")).to(kd.float32)
-        m_new = kd.maximum(m, x)
-        # a lane still at -inf (only masked elements so far) would give exp(nan): keep it 0
+        m_new = kd.maximum(m, kd.max(x, axis=0))
+        # while every element so far is -inf, exp(-inf - -inf) would be nan: shift by 0 instead
         safe = kd.where(m_new == -float("inf"), 0.0, m_new)
-        s = s * kd.exp(m - safe) + kd.exp(x - safe)
+        s = s * kd.exp(m - safe) + kd.sum(kd.exp(x - safe), axis=0)
         m = m_new
-    row_max = kd.max(m, axis=0)
-    total = kd.sum(s * kd.exp(m - row_max), axis=0)
-    inv = 1.0 / total
+    inv = 1.0 / s
     for off in range(0, n_cols, BLOCK):
         cols = off + kd.arange(0, BLOCK)
         mask = cols < n_cols
         x = kd.load(x_ptr + base + cols, mask=mask, other=-float("inf")).to(kd.float32)
-        kd.store(y_ptr + base + cols, kd.exp(x - row_max) * inv, mask=mask)
+        kd.store(y_ptr + base + cols, kd.exp(x - m) * inv, mask=mask)
 
 
 def _move_last(x: Arg, axis: int) -> Arg:

@@ -47,6 +47,7 @@ Shapes are equal on both sides of binary ops: the frontend inserts `broadcast`/`
 from __future__ import annotations
 
 import itertools
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -226,7 +227,7 @@ def format_attr(v: Any) -> str:
     `inf`/`-inf`/`nan`), except that a NaN other than the default quiet one keeps its sign and
     payload (`-nan`, `nan(0x7ff8000000000001)`), so the text parses back to the same bits
     (`kdsl/ir/parser.py`). A constant folded from `0.0 / 0.0` is such a NaN on most CPUs."""
-    if type(v) is float and v != v:
+    if type(v) is float and math.isnan(v):
         bits = struct.unpack("<Q", struct.pack("<d", v))[0]
         if bits & ~(1 << 63) == _DEFAULT_NAN_BITS:
             return "-nan" if bits >> 63 else "nan"

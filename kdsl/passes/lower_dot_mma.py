@@ -13,17 +13,20 @@ instruction's tile and the types match one of:
 Anything else (float32 "ieee", float64, ragged shapes, fewer than a warp of threads, too little
 shared memory) uses the fallback strategy (the generic one), so fp32 stays exact by default.
 
-Data movement (correctness first, every step a plain Loop IR statement):
+Data movement (`plan` -> `MmaPlan`; every step a plain Loop IR statement):
 1. a and b are made addressable (shared copies, `Lowerer.addressable`); a transposed operand is
    read through its source's storage with permuted coordinates (`Lowerer.at`).
-2. the accumulator is written to a shared M*N array `acc_sh` in the lowering's layout (skipped
-   when it is the constant 0, the `dot(a, b)` case); barrier.
-3. each warp takes 16x8 output tiles `tile = warp, warp + W, ...` (W = threads / 32); lane
-   `lane` holds the C fragment elements `C_LAYOUT` (4 values) in variables, loads its A and B
-   fragment elements from the shared copies and runs the intrinsic for k0 = 0, KK, ..., K - KK,
-   then writes its 4 results back into `acc_sh` (each element is read and written by one lane).
-4. barrier; the dot's result is `acc_sh[e]` in an element group of numel M*N (so it fuses with
-   what follows, exactly like the generic strategy's result).
+2. the M rows are cut into passes so that a thread holds at most `MAX_ACC_REGS` accumulators;
+   in a pass the warps form a wm x wn grid, warp (wi, wj) owning a pm x pn block of 16x8
+   tiles whose C fragments are Python-unrolled variables (registers) for the whole K loop.
+3. accumulator in: c's rows go, one chunk of `chunk` rows at a time, to a shared buffer and
+   from it into the fragments (barriers around each chunk; zeros for `dot(a, b)`).
+4. for k0 = 0, KK, ...: each warp loads its pm A and pn B fragments once and issues pm*pn
+   intrinsics.
+5. accumulator out: fragments -> buffer -> the lowering's layout, chunk by chunk.  When one
+   buffer holds the whole result it is read lazily by flat index (so it fuses with what
+   follows); otherwise the chunks are copied into a register array (the accumulator's own when
+   it dies at this dot).
 
 Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k*"): with `g = lane >> 2` (group)
 and `t = lane & 3` (thread in group), element i of a lane's fragment sits at (row, col) =
@@ -44,7 +47,17 @@ import numpy as np
 
 from kdsl.ir import tile
 from kdsl.ir.loop import (
-    ArrayStore, Assign, Binary, Cast, Const, Expr, For, If, Index, Intrinsic, Stmt,
+    ArrayStore,
+    Assign,
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    For,
+    If,
+    Index,
+    Intrinsic,
+    Stmt,
 )
 from kdsl.ir.loop_interp import INTRINSICS, IntrinsicSim
 from kdsl.ir.types import DType, bfloat16, float16, float32, int8, int32

@@ -22,6 +22,7 @@ in small dicts: this code runs on every launch.
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import math
 import operator
@@ -280,6 +281,27 @@ def sig_type(sig: str) -> T.TileType:
     if sig[0] == "*":
         return T.TileType((), T.PointerType(T.BY_NAME[sig[1:]]))
     return T.TileType((), T.BY_NAME[sig])
+
+
+def _address(array: np.ndarray) -> int:
+    """Data pointer of a host array (ctypes' buffer view is the fast way; it needs a
+    writable, non-empty buffer)."""
+    try:
+        return ctypes.addressof(_CHAR.from_buffer(array))
+    except (TypeError, ValueError, BufferError):
+        return array.__array_interface__["data"][0]
+
+
+_CHAR = ctypes.c_char
+
+
+def multiple_of_16(ba: BoundArg) -> bool:
+    """Whether a bound argument is a multiple of 16: a host array's address (in bytes), an
+    integer scalar's value (Triton's `% 16` specialisation).  Device arrays: unknown (False)."""
+    if ba.kind == "array":
+        return ba.host is not None and not _address(ba.host) & 15
+    v = ba.value
+    return type(v) is int and not v & 15 and ba.dtype is not T.int1
 
 
 # ------------------------------------------------------------------------------ grid

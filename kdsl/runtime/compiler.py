@@ -123,6 +123,13 @@ def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any]
     # Checked mode and the launch width travel with the function to the passes and lowering.
     fn.attrs["check"] = bool(check)
     fn.attrs["num_warps"] = num_warps
+    # Specialisation options of the launch (kdsl/runtime/jit.py `_Specialised`): parameters
+    # known to be multiples of 16 (for the vector analysis, lower_vector.py) and fast math.
+    aligned = tuple(getattr(jitfn, "multiple_of_16", ()))
+    if aligned:
+        fn.attrs["multiple_of_16"] = aligned
+    if getattr(jitfn, "fast_math", False):
+        fn.attrs["fast_math"] = True
     ir: dict[str, str] = Stages(tile=print_function(fn))
     fn, stages = run_tile_passes(fn)
     ir.update(stages)
@@ -142,6 +149,8 @@ def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps
         kernel = lower(fn, be.target(num_warps))
         if "checks" in fn.attrs:  # checked mode's site table travels with the kernel
             kernel.attrs["checks"] = fn.attrs["checks"]
+        if fn.attrs.get("fast_math"):  # honoured by the llvm and C-source backends
+            kernel.attrs["fast_math"] = True
         ir["loop"] = print_kernel(kernel)
     be.add_stages(kernel, ir)
     source = be.codegen(kernel)

@@ -1,13 +1,18 @@
 """`@kd.jit` and `JITFunction`: specialisation, the in-memory cache and the launch path.
 
-    kernel[grid](*args, backend=None, num_warps=4, check=False, poison=False, **constexprs)
+    kernel[grid](*args, backend=None, num_warps=4, check=False, poison=False, fast_math=False,
+                 **constexprs)
     kernel.run(*args, grid=grid, ...)          # the same
     kernel.compile(*args, backend=..., **constexprs) -> CompiledKernel, not run
 
 A launch binds the arguments (`binding.py`), builds the specialisation key
-(runtime argument signatures, constexpr values and their types, num_warps, backend, check),
-and looks it up in a dict; a miss compiles through the disk cache (`cache.py`).  The hit path
-is a few dict lookups and one `backend.launch`: keep it free of anything slower.
+(runtime argument signatures, which of them are multiples of 16 (pointer address or int
+value, as Triton specialises), constexpr values and their types, num_warps, backend, check,
+fast_math), and looks it up in a dict; a miss compiles through the disk cache (`cache.py`).
+The hit path is a few dict lookups and one `backend.launch`: keep it free of anything slower.
+
+`fast_math` (default off: IEEE semantics) lets the backends reassociate and contract float
+math (`kernel.attrs["fast_math"]`); it is part of the key, so both variants can coexist.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .binding import Signature, bind_arg, normalize_grid, sig_type
+from .binding import Signature, bind_arg, multiple_of_16, normalize_grid, sig_type
 from .compiler import CompiledKernel
 from .env import getenv
 
@@ -70,7 +75,7 @@ class JITFunction:
     """A kernel: the decorated Python function plus its compiled specialisations."""
 
     def __init__(self, fn: Callable, *, num_warps: int | None = None,
-                 backend: str | None = None):
+                 backend: str | None = None, fast_math: bool = False):
         if not inspect.isfunction(fn):
             raise TypeError(f"@kd.jit expects a Python function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -78,8 +83,13 @@ class JITFunction:
         #: the frontend inlines calls to other kernels through this attribute
         self.__kdsl_jit__ = fn
         self.signature = Signature(fn)
+        sig = self.signature
+        self._cx_index = tuple(i for i, c in enumerate(sig.is_constexpr) if c)
+        self._rt_index = tuple((i, n) for i, (n, c) in enumerate(zip(sig.names,
+                                                                     sig.is_constexpr)) if not c)
         self.default_num_warps = num_warps
         self.default_backend = backend
+        self.default_fast_math = bool(fast_math)
         self._cache: dict[tuple, CompiledKernel] = {}
         self._identity: str | None = None
 
@@ -102,20 +112,21 @@ class JITFunction:
 
     def run(self, *args: Any, grid: Any, backend: str | None = None,
             num_warps: int | None = None, check: bool | None = None,
-            poison: bool | None = None, **kwargs: Any) -> CompiledKernel:
+            poison: bool | None = None, fast_math: bool | None = None,
+            **kwargs: Any) -> CompiledKernel:
         """Launch on `grid`; returns the compiled kernel that ran."""
-        return self._run(grid, args, kwargs, backend, num_warps, check, poison)
+        return self._run(grid, args, kwargs, backend, num_warps, check, poison, fast_math)
 
     def _run(self, grid, args, kwargs, backend, num_warps, check,
-             poison=None) -> CompiledKernel:
-        values, sigs, bound, cx, backend, num_warps, check = self._specialise(
-            args, kwargs, backend, num_warps, check)
+             poison=None, fast_math=None) -> CompiledKernel:
+        values, sigs, bound, cx, backend, num_warps, check, m16, fast = self._specialise(
+            args, kwargs, backend, num_warps, check, fast_math)
         g = normalize_grid(grid, lambda: dict(zip(self.signature.names, values)))
-        key = (sigs, cx, num_warps, backend, check)
+        key = (sigs, m16, cx, num_warps, backend, check, fast)
         try:
             ck = self._cache[key]
         except KeyError:
-            ck = self._miss(key, values, sigs, backend, num_warps, check, True)
+            ck = self._miss(key, values, sigs, backend, num_warps, check, True, m16, fast)
         except TypeError:
             self._unhashable(values)
             raise
@@ -131,38 +142,41 @@ class JITFunction:
         return ck
 
     def compile(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
-                check: bool | None = None, **kwargs: Any) -> CompiledKernel:
+                check: bool | None = None, fast_math: bool | None = None,
+                **kwargs: Any) -> CompiledKernel:
         """Compile for these arguments without running (no device needed for codegen)."""
-        values, sigs, _, cx, backend, num_warps, check = self._specialise(
-            args, kwargs, backend, num_warps, check)
-        key = (sigs, cx, num_warps, backend, check)
+        values, sigs, _, cx, backend, num_warps, check, m16, fast = self._specialise(
+            args, kwargs, backend, num_warps, check, fast_math)
+        key = (sigs, m16, cx, num_warps, backend, check, fast)
         try:
             ck = self._cache.get(key)
         except TypeError:
             self._unhashable(values)
             raise
         return ck if ck is not None else self._miss(
-            key, values, sigs, backend, num_warps, check, False)
+            key, values, sigs, backend, num_warps, check, False, m16, fast)
 
     # -- internals -----------------------------------------------------------------------
 
-    def _specialise(self, args, kwargs, backend, num_warps, check):
-        sig = self.signature
-        values = sig.bind(args, kwargs)
+    def _specialise(self, args, kwargs, backend, num_warps, check, fast_math=None):
+        # The launch hot path: index tables precomputed in __init__, one pass per kind.
+        values = self.signature.bind(args, kwargs)
+        cx = []
+        for i in self._cx_index:
+            v = values[i]
+            if type(v).__name__ == "constexpr":  # kd.constexpr(4) is passed as 4
+                v = values[i] = v.value
+            # the type is part of the key: 1, 1.0 and True compile differently
+            cx.append((type(v), v))
         sigs = []
         bound = []
-        cx = []
+        m16 = []
         owner = owner_arg = None
-        for i, (name, is_cx, v) in enumerate(zip(sig.names, sig.is_constexpr, values)):
-            if is_cx:
-                if type(v).__name__ == "constexpr":  # kd.constexpr(4) is passed as 4
-                    v = values[i] = v.value
-                # the type is part of the key: 1, 1.0 and True compile differently
-                cx.append((type(v), v))
-                continue
-            s, ba, own = bind_arg(name, v)
+        for i, name in self._rt_index:
+            s, ba, own = bind_arg(name, values[i])
             sigs.append(s)
             bound.append(ba)
+            m16.append(multiple_of_16(ba))
             if own is not None:
                 if owner is not None and own != owner:
                     raise ValueError(f"argument {name!r} is a {own} device array but argument "
@@ -177,7 +191,9 @@ class JITFunction:
             num_warps = self.default_num_warps or 4
         if check is None:
             check = getenv("KDSL_CHECK") not in (None, "", "0")
-        return values, tuple(sigs), bound, tuple(cx), backend, num_warps, bool(check)
+        fast = self.default_fast_math if fast_math is None else bool(fast_math)
+        return (values, tuple(sigs), bound, tuple(cx), backend, num_warps, bool(check),
+                tuple(m16), fast)
 
     def _unhashable(self, values: list[Any]) -> None:
         for name, is_cx, v in zip(self.signature.names, self.signature.is_constexpr, values):
@@ -194,7 +210,8 @@ class JITFunction:
             self._identity = "\n".join(_kernel_identity(self.fn))
         return self._identity
 
-    def _miss(self, key, values, sigs, backend, num_warps, check, build) -> CompiledKernel:
+    def _miss(self, key, values, sigs, backend, num_warps, check, build, m16=(),
+              fast=False) -> CompiledKernel:
         from kdsl import __version__
         from kdsl.backends import get_backend
 
@@ -208,14 +225,31 @@ class JITFunction:
         sig = self.signature
         arg_types = {n: sig_type(s) for n, s in zip(sig.runtime_names, sigs)}
         constexprs = {n: v for n, v, c in zip(sig.names, values, sig.is_constexpr) if c}
+        aligned = tuple(n for n, a in zip(sig.runtime_names, m16) if a)
         spec = (tuple(zip(sig.runtime_names, sigs)),
                 tuple((n, type(v).__qualname__, v) for n, v in constexprs.items()),
-                num_warps, check)
-        ck = cached_compile(self, arg_types, constexprs, be, num_warps, check,
+                num_warps, check, aligned, fast)
+        ck = cached_compile(_Specialised(self, aligned, fast), arg_types, constexprs, be, num_warps, check,
                             sources=self.identity(), spec=spec, version=__version__,
                             build=build)
         self._cache[key] = ck
         return ck
+
+
+class _Specialised:
+    """The kernel as one compile sees it: `fn` plus the specialisation options that
+    `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`)."""
+
+    __slots__ = ("jit", "fn", "multiple_of_16", "fast_math")
+
+    def __init__(self, jit: JITFunction, multiple_of_16: tuple[str, ...], fast_math: bool):
+        self.jit = jit
+        self.fn = jit.fn
+        self.multiple_of_16 = multiple_of_16
+        self.fast_math = fast_math
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.jit, name)
 
 
 class _Launcher:
@@ -229,15 +263,17 @@ class _Launcher:
 
     def __call__(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
                  check: bool | None = None, poison: bool | None = None,
-                 **kwargs: Any) -> CompiledKernel:
-        return self.jit._run(self.grid, args, kwargs, backend, num_warps, check, poison)
+                 fast_math: bool | None = None, **kwargs: Any) -> CompiledKernel:
+        return self.jit._run(self.grid, args, kwargs, backend, num_warps, check, poison,
+                             fast_math)
 
 
 def jit(fn: Callable | None = None, *, num_warps: int | None = None,
-        backend: str | None = None) -> Any:
-    """Decorator: `@kd.jit` or `@kd.jit(num_warps=8, backend="opencl")` (launch defaults)."""
+        backend: str | None = None, fast_math: bool = False) -> Any:
+    """Decorator: `@kd.jit` or `@kd.jit(num_warps=8, backend="opencl", fast_math=True)`
+    (launch defaults; fast_math off means IEEE float semantics)."""
     if fn is None:
-        return lambda f: jit(f, num_warps=num_warps, backend=backend)
+        return lambda f: jit(f, num_warps=num_warps, backend=backend, fast_math=fast_math)
     if isinstance(fn, JITFunction):
         return fn
-    return JITFunction(fn, num_warps=num_warps, backend=backend)
+    return JITFunction(fn, num_warps=num_warps, backend=backend, fast_math=fast_math)

@@ -240,3 +240,61 @@ def test_tutorial_matmul_uses_mma():
     ck = tut.matmul_kernel.compile(f16, f16, f32, *(4,) * 9, backend="cuda", num_warps=4,
                                    BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in cuda.compile_ptx(ck.source)
+
+
+# ------------------------------------------- register accumulators, passes, chunked exchange
+
+def _tutorials():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "backend" / "test_tutorials.py"
+    spec = importlib.util.spec_from_file_location("kdsl_mma_tutorials", path)
+    tut = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tut)
+    return tut
+
+
+@needs_compiler
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_matmul_128x128x32_8_warps(dt):
+    """The 8-warp 128x128x32 tile: 2x4 warps of 4x4 16x8 tiles (64 accumulators per thread in
+    registers), exchanged through shared memory in 64-row chunks (float16: the tutorial's
+    matmul with its K loop; bfloat16: one dot with an accumulator)."""
+    if dt == "float16":
+        f16, f32 = np.zeros(4, np.float16), np.zeros(4, np.float32)
+        ck = _tutorials().matmul_kernel.compile(f16, f16, f32, *(4,) * 9, backend="cuda",
+                                                num_warps=8, BLOCK_M=128, BLOCK_N=128,
+                                                BLOCK_K=32, GROUP_M=8)
+    else:
+        ck = _lower(128, 128, 32, dt, acc=True, num_warps=8)
+    assert {s.size for s in ck.kernel.arrays if s.name.startswith("acc_sh")} == {64 * 128}
+    kind = "f16.f16" if dt == "float16" else "bf16.bf16"
+    for arch in ("sm_80", "sm_90"):
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.f32" in cuda.compile_ptx(
+            ck.source, arch)
+        usage = cuda.resource_usage(ck.source, arch)
+        print(f"matmul 128x128x32 {dt} 8 warps {arch}: {usage}")
+        assert usage["spill_stores"] <= 128 and usage["spill_loads"] <= 128
+
+
+@pytest.mark.parametrize("acc", [False, True])
+def test_passes_and_chunks_simulated(acc, monkeypatch):
+    """The code path of big tiles on a small one: accumulator registers limited to 8 per
+    thread (2 passes of 32 rows) and a 16-row exchange buffer (2 chunks per pass)."""
+    from kdsl.passes import lower_dot_mma
+
+    monkeypatch.setattr(lower_dot_mma, "MAX_ACC_REGS", 8)
+    monkeypatch.setattr(lower_dot_mma, "EXCHANGE_BYTES", 16 * 32 * 4)
+    monkeypatch.setenv("KDSL_CACHE", "0")
+    M, N, K = 64, 32, 32
+    ck = _lower(M, N, K, "float16", acc=acc, num_warps=4)
+    assert {s.size for s in ck.kernel.arrays if s.name.startswith("acc_sh")} == {16 * N}
+    assert len(_intrinsics(ck.kernel.body)) == 2 * 2  # 2 passes x (1 x 2 tiles per warp)
+    a = RNG.standard_normal((M, K)).astype(np.float32)
+    b = RNG.standard_normal((K, N)).astype(np.float32)
+    c = RNG.standard_normal((M, N)).astype(np.float32) if acc else np.zeros((M, N), np.float32)
+    want = a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
+    want += c if acc else 0
+    run_kernel(ck.kernel, (1,), [a, b, c])
+    assert_close(c, want, dtype=np.float32, k=K)

@@ -1,0 +1,129 @@
+"""Structural tests of the CPU performance paths: nested one-thread element loops (no flat
+index arithmetic for 2-D load groups), the loop-carried pointer strength reduction, and the
+specialisation key (alignment / divisibility by 16, fast math)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kdsl as kd
+from kdsl.ir import loop as L
+from kdsl.ir.types import PointerType
+from kdsl.testing import assert_close
+
+
+@kd.jit
+def ptr_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+               BM: kd.constexpr, BN: kd.constexpr, BK: kd.constexpr):
+    offs_m = kd.program_id(0) * BM + kd.arange(0, BM)
+    offs_n = kd.program_id(1) * BN + kd.arange(0, BN)
+    offs_k = kd.arange(0, BK)
+    a_ptrs = a_ptr + (offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn)
+    acc = kd.zeros((BM, BN), dtype=kd.float32)
+    for k in range(0, kd.cdiv(K, BK)):
+        a = kd.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        b = kd.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        acc = kd.dot(a, b, acc)
+        a_ptrs += BK * stride_ak
+        b_ptrs += BK * stride_bk
+    kd.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@kd.jit
+def copy2d(x_ptr, y_ptr, N, BM: kd.constexpr, BN: kd.constexpr):
+    rm = kd.arange(0, BM)
+    rn = kd.arange(0, BN)
+    offs = rm[:, None] * N + rn[None, :]
+    kd.store(y_ptr + offs, kd.load(x_ptr + offs) * 2.0)
+
+
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        for f in ("body", "then", "orelse"):
+            yield from _walk(getattr(s, f, None) or [])
+
+
+def _exprs(node):
+    if isinstance(node, L.Expr):
+        yield node
+    if isinstance(node, (L.Expr, L.Stmt)):
+        for f in node.__dataclass_fields__:
+            x = getattr(node, f)
+            for y in (x if isinstance(x, list) else [x]):
+                if isinstance(y, (L.Expr, L.Stmt)):
+                    yield from _exprs(y)
+
+
+def test_2d_group_runs_nested_loops_without_shifts():
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    y = np.zeros_like(x)
+    ck = copy2d[(1,)](x, y, 16, BM=8, BN=16, backend="llvm")
+    assert_close(y, x.astype(np.float64) * 2)
+    loops = [s for s in _walk(ck.kernel.body) if isinstance(s, L.For)]
+    # one loop per dim, the last dim innermost
+    assert [s.hi.value for s in loops] == [8, 16]
+    ops = {e.op for s in ck.kernel.body for e in _exprs(s) if isinstance(e, L.Binary)}
+    assert not ops & {"shr", "and", "div", "mod"}, ops
+
+
+def test_pointer_tile_strength_reduced():
+    M = N = K = 48
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    c = np.zeros((M, N), np.float32)
+    ck = ptr_matmul[(3, 3)](a, b, c, M, N, K, K, 1, N, 1, BM=16, BN=16, BK=16,
+                            backend="llvm")
+    assert_close(c, a.astype(np.float64) @ b.astype(np.float64), dtype=np.float32, k=K)
+    text = ck.ir["tile.loop_pointers"]
+    assert "a_ptrs_off" in text and "b_ptrs_off" in text
+    # no pointer array is carried (or stored) by the lowering
+    assert not [a for a in ck.kernel.arrays if isinstance(a.dtype, PointerType)]
+
+
+@pytest.mark.parametrize("backend", ["interp", "opencl"])
+def test_pointer_strength_reduction_other_backends(backend):
+    if backend not in kd.available_backends():
+        pytest.skip(f"{backend} unavailable")
+    M, N, K = 32, 32, 40  # K ragged: the masked last step
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    c = np.zeros((M, N), np.float32)
+    ptr_matmul[(2, 2)](a, b, c, M, N, K, K, 1, N, 1, BM=16, BN=16, BK=16, backend=backend)
+    assert_close(c, a.astype(np.float64) @ b.astype(np.float64), dtype=np.float32, k=K)
+
+
+def test_specialisation_key_alignment_and_fast_math():
+    base = np.zeros(40, np.float32)
+    y = np.zeros(16, np.float32)
+    ck1 = copy2d[(1,)](base[:16], y, 16, BM=1, BN=16, backend="llvm")
+    ck2 = copy2d[(1,)](base[1:17], y, 16, BM=1, BN=16, backend="llvm")  # 4-byte offset
+    assert ck1 is not ck2
+    ck3 = copy2d[(1,)](base[:16], y, 16, BM=1, BN=16, backend="llvm", fast_math=True)
+    assert ck3 is not ck1 and ck3.kernel.attrs.get("fast_math") is True
+    assert not ck1.kernel.attrs.get("fast_math")
+    # a cached hit returns the same specialisation
+    assert copy2d[(1,)](base[:16], y, 16, BM=1, BN=16, backend="llvm") is ck1
+    keys = list(copy2d.cache)
+    assert any(k[1] == (True, True, True) for k in keys)
+    assert any(k[1] == (False, True, True) for k in keys)
+
+
+def test_multiple_of_16_reaches_the_tile_function():
+    from kdsl.runtime.compiler import build_tile
+
+    class Spec:
+        fn = copy2d.fn
+        multiple_of_16 = ("x_ptr", "N")
+        fast_math = True
+
+    from kdsl.ir import types as T
+    ptr = T.TileType((), T.PointerType(T.float32))
+    fn, _ = build_tile(Spec, {"x_ptr": ptr, "y_ptr": ptr, "N": T.TileType((), T.int32)},
+                       {"BM": 1, "BN": 16}, 1)
+    assert fn.attrs["multiple_of_16"] == ("x_ptr", "N") and fn.attrs["fast_math"]
