@@ -46,6 +46,27 @@ def enabled() -> bool:
     return os.environ.get("KDSL_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+_FINGERPRINT: list[str] = []
+
+
+def compiler_fingerprint() -> str:
+    """sha256 of the compiler's own code (kdsl's and the backends' sources and templates), once
+    per process: an entry compiled by a different kdsl build, even at the same version number,
+    is never reused."""
+    if not _FINGERPRINT:
+        import kdsl
+        from kdsl import backends
+
+        h = hashlib.sha256()
+        for root in (Path(kdsl.__file__).parent, Path(backends.__file__).parent):
+            for path in sorted(root.rglob("*")):
+                if path.suffix in (".py", ".j2") and path.is_file():
+                    h.update(str(path.relative_to(root)).encode())
+                    h.update(path.read_bytes())
+        _FINGERPRINT.append(h.hexdigest())
+    return _FINGERPRINT[0]
+
+
 def make_key(version: str, sources: str, spec: Any, backend: str, backend_hash: str
              ) -> str | None:
     """sha256 hex of the key parts, or None when the specialisation has no stable text (a
@@ -54,7 +75,7 @@ def make_key(version: str, sources: str, spec: Any, backend: str, backend_hash: 
     if " at 0x" in spec_text:
         return None
     h = hashlib.sha256()
-    for part in (version, sources, spec_text, backend, backend_hash):
+    for part in (version, compiler_fingerprint(), sources, spec_text, backend, backend_hash):
         b = part.encode()
         h.update(len(b).to_bytes(8, "little"))
         h.update(b)
