@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kdsl.ir import loop
+from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
 from .base import Backend, BoundArg
@@ -321,6 +322,12 @@ class _Loaded:
         self.shared_mem = shared_mem  # dynamic shared bytes passed at every launch
 
 
+def resource_report(source: str, arch: str) -> str:
+    """The `resources` stage: registers, spills and shared memory per thread/block for `arch`."""
+    usage = resource_usage(source, arch)
+    return f"{arch}: " + ", ".join(f"{k}={v}" for k, v in usage.items())
+
+
 class CUDABackend(Backend):
     name = "cuda"
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads"})
@@ -367,8 +374,11 @@ class CUDABackend(Backend):
         return emit(kernel, cuda_dialect())
 
     def add_stages(self, kernel: loop.Kernel, stages: dict[str, str]) -> None:
+        # Both need a compile (NVRTC or nvcc, no GPU): done when read, so `compile()` stays fast.
         if compiler_available():
-            stages["ptx"] = compile_ptx(self.codegen(kernel), self.arch())
+            source, arch = self.codegen(kernel), self.arch()
+            stages["ptx"] = Lazy(compile_ptx, source, arch)
+            stages["resources"] = Lazy(resource_report, source, arch)
 
     def build(self, kernel: loop.Kernel, source: str) -> Any:
         return self._load(kernel, compile_cubin(source, self.arch()))

@@ -76,10 +76,13 @@ def test_fast_math_reaches_the_compiler():
 
 
 @needs_compiler
-def test_add_stages_adds_ptx():
-    stages: dict[str, str] = {}
+def test_add_stages_adds_ptx_and_resources():
+    from kdsl.runtime.stages import Stages
+
+    stages = Stages()
     BACKEND.add_stages(samples.vector_add(32), stages)
     assert ".entry add_kernel" in stages["ptx"]
+    assert "registers=" in stages["resources"] and "spill_stores=0" in stages["resources"]
 
 
 @pytest.mark.gpu
