@@ -66,7 +66,8 @@ def test_broadcast_rematerialised_in_matmul_pointers():
     # the offsets are elementwise arithmetic on full-shape iotas along each axis
     iotas = {(op.result.shape, op.attrs["axis"]) for op in fn.walk() if op.kind == "iota"}
     assert iotas == {((16, 8), 0), ((16, 8), 1)}
-    assert list(stages) == ["tile", "tile.canonicalize", "tile.cse", "tile.dce"]
+    assert list(stages) == ["tile", "tile.canonicalize", "tile.loop_pointers", "tile.cse",
+                            "tile.dce"]
     for s in stages.values():
         assert s.startswith("func @tile_copy")
 
