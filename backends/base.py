@@ -35,6 +35,8 @@ class BoundArg:
     host: Any = None
     nbytes: int = 0
     numel: int = 0
+    #: data address of `host` (0 when there is no host view), read once at binding
+    address: int = 0
 
 
 class Backend(ABC):

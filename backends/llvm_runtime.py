@@ -64,7 +64,7 @@ class ArgPacker:
         if len(args) != len(self.is_ptr):
             raise TypeError(f"expected {len(self.is_ptr)} arguments, got {len(args)}")
         try:
-            return self.struct.pack(*[_address(a.host) if p else a.value
+            return self.struct.pack(*[(a.address or _address(a.host)) if p else a.value
                                       for p, a in zip(self.is_ptr, args)])
         except (TypeError, AttributeError):
             for p, a in zip(self.is_ptr, args):

@@ -236,7 +236,7 @@ def bind_arg(name: str, v: Any) -> tuple[str, BoundArg, str | None]:
     if t is np.ndarray:
         kd, sig = _ARRAY_SIG.get(v.dtype) or _array_sig(name, v.dtype)
         if v.flags.c_contiguous:  # inlined `_host_array`: this is the hottest line
-            return sig, BoundArg(name, "array", kd, v, v, v.nbytes, v.size), None
+            return sig, BoundArg(name, "array", kd, v, v, v.nbytes, v.size, _address(v)), None
         return _host_array(name, v, v, kd, sig)
     if t is int:
         return _scalar_int(name, v)
@@ -299,7 +299,9 @@ def multiple_of_16(ba: BoundArg) -> bool:
     """Whether a bound argument is a multiple of 16: a host array's address (in bytes), an
     integer scalar's value (Triton's `% 16` specialisation).  Device arrays: unknown (False)."""
     if ba.kind == "array":
-        return ba.host is not None and not _address(ba.host) & 15
+        if ba.host is None:
+            return False
+        return not (ba.address or _address(ba.host)) & 15
     v = ba.value
     return type(v) is int and not v & 15 and ba.dtype is not T.int1
 

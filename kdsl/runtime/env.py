@@ -26,3 +26,22 @@ def getenv(name: str) -> str | None:
     if raw is None:
         return None
     return raw.decode(errors="surrogateescape") if isinstance(raw, bytes) else raw
+
+
+_LAUNCH_KEYS: tuple = ()
+
+
+def launch_flags() -> tuple[str | None, str | None, str | None]:
+    """(KDSL_BACKEND, KDSL_CHECK, KDSL_POISON) in one call: the launch path reads all three."""
+    global _LAUNCH_KEYS
+    if _DATA is None or _ENCODE is None:  # pragma: no cover - other Python implementations
+        g = os.environ.get
+        return g("KDSL_BACKEND"), g("KDSL_CHECK"), g("KDSL_POISON")
+    if not _LAUNCH_KEYS:
+        _LAUNCH_KEYS = tuple(_ENCODE(k) for k in ("KDSL_BACKEND", "KDSL_CHECK", "KDSL_POISON"))
+    get = _DATA.get
+    out = []
+    for key in _LAUNCH_KEYS:
+        raw = get(key)
+        out.append(raw.decode(errors="surrogateescape") if isinstance(raw, bytes) else raw)
+    return out[0], out[1], out[2]

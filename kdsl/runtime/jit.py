@@ -24,7 +24,7 @@ from typing import Any
 
 from .binding import Signature, bind_arg, multiple_of_16, normalize_grid, sig_type
 from .compiler import CompiledKernel
-from .env import getenv
+from .env import launch_flags
 
 _SIMPLE_CONSTS = (int, float, str, bool, complex, type(None))
 
@@ -119,8 +119,9 @@ class JITFunction:
 
     def _run(self, grid, args, kwargs, backend, num_warps, check,
              poison=None, fast_math=None) -> CompiledKernel:
+        env = launch_flags()
         values, sigs, bound, cx, backend, num_warps, check, m16, fast = self._specialise(
-            args, kwargs, backend, num_warps, check, fast_math)
+            args, kwargs, backend, num_warps, check, fast_math, env)
         g = normalize_grid(grid, lambda: dict(zip(self.signature.names, values)))
         key = (sigs, m16, cx, num_warps, backend, check, fast)
         try:
@@ -133,7 +134,7 @@ class JITFunction:
         if ck._handle is None:  # compiled by compile(): check the backend can run here
             from .registry import require_backend
             require_backend(backend)
-        if poison or (poison is None and getenv("KDSL_POISON") not in (None, "", "0")):
+        if poison or (poison is None and env[2] not in (None, "", "0")):
             # NaN poison (kdsl/runtime/checked.py): overwrite every output before the launch
             from .checked import poison as fill_poison
             from .checked import stored_indices
@@ -158,7 +159,7 @@ class JITFunction:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _specialise(self, args, kwargs, backend, num_warps, check, fast_math=None):
+    def _specialise(self, args, kwargs, backend, num_warps, check, fast_math=None, env=None):
         # The launch hot path: index tables precomputed in __init__, one pass per kind.
         values = self.signature.bind(args, kwargs)
         cx = []
@@ -182,15 +183,17 @@ class JITFunction:
                     raise ValueError(f"argument {name!r} is a {own} device array but argument "
                                      f"{owner_arg!r} is a {owner} device array")
                 owner, owner_arg = own, name
+        if env is None:
+            env = launch_flags()
         if backend is None:
-            backend = owner or self.default_backend or getenv("KDSL_BACKEND") or "llvm"
+            backend = owner or self.default_backend or env[0] or "llvm"
         elif owner is not None and owner != backend:
             raise ValueError(f"argument {owner_arg!r} is a {owner} device array, which backend "
                              f"{backend!r} cannot use")
         if num_warps is None:
             num_warps = self.default_num_warps or 4
         if check is None:
-            check = getenv("KDSL_CHECK") not in (None, "", "0")
+            check = env[1] not in (None, "", "0")
         fast = self.default_fast_math if fast_math is None else bool(fast_math)
         return (values, tuple(sigs), bound, tuple(cx), backend, num_warps, bool(check),
                 tuple(m16), fast)
