@@ -65,6 +65,9 @@ class CDialect:
     fast_math_option: str
     helper_qual: str                    # prefix of helper function definitions
     extra: Mapping[str, object] = field(default_factory=dict)  # template-only settings
+    # float32 op -> C function used instead of `math` when the kernel asks for fast math
+    # (OpenCL's native_*; CUDA gets its fast intrinsics from --use_fast_math instead)
+    math_fast: Mapping[str, str] = field(default_factory=dict)
     # Loop IR `Intrinsic` name -> C function, called as `f(&result..., arg...)`; the template
     # defines the functions of `intrinsics` (the names used).  Targets get an intrinsic only
     # with the capability that promises it, so a dialect lists just the ones it has.
@@ -193,6 +196,7 @@ class CEmitter:
         self.specials: dict[str, str] = {}      # C name of an index set-up constant -> expr
         self.uses_fp64 = False
         self.uses_int64_atomics = False
+        self.fast_math = bool(kernel.attrs.get("fast_math"))
         self.intrinsics: set[str] = set()       # Intrinsic names used (template defines them)
         self.expr_table: dict[type, Callable[[loop.Expr], str]] = {
             loop.Const: self._const, loop.Var: self._var, loop.Special: self._special,
@@ -235,7 +239,9 @@ class CEmitter:
         mode, _, body = fmt.partition(":") if fmt.startswith(("wrap:", "small:")) else ("", "", fmt)
         ctype = self.ctype(t)
         wrap = self.d.wrap_types.get(t.name, ctype)
-        f = self.d.math(kw.pop("op", ""), t.name) if t.is_float else ""
+        op = kw.pop("op", "")
+        f = (self.fast_math and t.name == "float32" and self.d.math_fast.get(op)) or \
+            (self.d.math(op, t.name) if t.is_float else "")
         text = body.format(W=wrap, T=ctype, s=t.name, f=f, **kw)
         for call in _HELPER_CALLS:
             if text.startswith(call + "_"):

@@ -91,15 +91,18 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None) 
                     "float32": "kd_atomic_add_float32({p}, {v})",
                     "float64": "kd_atomic_add_float64({p}, {v})"},
         fast_math_option=FAST_MATH, helper_qual="static inline",
+        math_fast={op: f"native_{op}" for op in ("exp", "exp2", "log", "log2", "sqrt",
+                                                  "rsqrt", "sin", "cos")},
         extra={"as_float": "as_float", "as_uint": "as_uint", "native_fp16": native_fp16,
                "f16_helper": f16["helper"], "atomic_add_float32": _ATOMIC_F32,
                "atomic_add_float64": _ATOMIC_F64, "options": opts,
-               "options_fast": f"{opts} {FAST_MATH}".strip()},
+               "options_fast": FAST_MATH},
     )
 
 
 def build_options(kernel: loop.Kernel) -> list[str]:
-    return OPTIONS + ([FAST_MATH] if kernel.attrs.get("fast_math") else [])
+    """IEEE by default (correctly rounded division and sqrt); fast math replaces that."""
+    return [FAST_MATH] if kernel.attrs.get("fast_math") else list(OPTIONS)
 
 
 class _Runtime:

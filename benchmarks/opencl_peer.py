@@ -94,9 +94,10 @@ def _peers(queue, x_dev, y_dev, rows: int, n: int) -> dict[str, Callable[[], Any
     return peers
 
 
-def softmax_peer_ms(x: np.ndarray, repeat: int, kdsl_kernel, num_warps: int = 1
-                    ) -> tuple[float, dict[str, float]]:
-    """(kdsl ms, {peer name: ms}) on the kdsl OpenCL backend's device and queue."""
+def softmax_peer_ms(x: np.ndarray, repeat: int, kdsl_kernel, num_warps: int = 1,
+                    fast_math: bool = False) -> tuple[float, dict[str, float]]:
+    """(kdsl ms, {peer name: ms}) on the kdsl OpenCL backend's device and queue; `fast_math`
+    launches kdsl's kernel with the fast-math opt-in (the peers' "fast" variant's options)."""
     import pyopencl.array as cla
     from kdsl.backends import get_backend
 
@@ -110,7 +111,7 @@ def softmax_peer_ms(x: np.ndarray, repeat: int, kdsl_kernel, num_warps: int = 1
 
     def ours():
         kdsl_kernel[(rows,)](y_dev, x_dev, n, BLOCK=block, backend="opencl",
-                             num_warps=num_warps)
+                             num_warps=num_warps, fast_math=fast_math)
         rt.queue.finish()
 
     ours()
@@ -134,10 +135,12 @@ def main() -> None:
     from run import softmax_kernel
 
     x = np.random.default_rng(0).standard_normal((o.rows, o.cols), dtype=np.float32)
-    ours, peers = softmax_peer_ms(x, o.repeat, softmax_kernel)
-    print(f"softmax {o.rows}x{o.cols} on OpenCL: kdsl (num_warps=1) {ours:.2f} ms")
-    for name, ms in peers.items():
-        print(f"  hand-written {name:22s} {ms:8.2f} ms  kdsl/peer {ours / ms:5.2f}")
+    for fast in (False, True):
+        ours, peers = softmax_peer_ms(x, o.repeat, softmax_kernel, fast_math=fast)
+        mode = "fast_math=True" if fast else "IEEE"
+        print(f"softmax {o.rows}x{o.cols} on OpenCL: kdsl ({mode}, num_warps=1) {ours:.2f} ms")
+        for name, ms in peers.items():
+            print(f"  hand-written {name:22s} {ms:8.2f} ms  kdsl/peer {ours / ms:5.2f}")
 
 
 if __name__ == "__main__":
