@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+import numba_peers as NB
 from common import median_ms
 
 import kdsl as kd
@@ -211,9 +212,25 @@ def bench_softmax(o, bw):
         ms = median_ms(run, o.repeat)
         np_ms = median_ms(lambda: np_softmax(x), max(3, o.repeat // 2))
         limit = 2 * x.nbytes / bw / 1e6
+        nb = _numba_ms(lambda: NB.softmax(x, np.empty_like(x)), o)
         row(f"softmax {shape[0]}x{shape[1]}", f"{ms:7.2f} ms ({limit:.1f} ms limit)",
-            f"numpy {np_ms:7.2f} ms", f"{np_ms / ms:5.1f}x numpy ({ok(np_ms / ms >= 8)} >= 8x), "
+            f"numpy {np_ms:7.2f} ms, {nb}", f"{np_ms / ms:5.1f}x numpy ({ok(np_ms / ms >= 8)} >= 8x), "
             f"{ms / limit:3.1f}x limit ({ok(ms <= 2 * limit)} <= 2x)")
+
+
+def _numba_ms(run, o) -> str:
+    """'numba X ms' for the Numba peer (parallel, fastmath), or 'no numba'."""
+    if not NB.available():
+        return "no numba"
+    return f"numba {median_ms(run, max(3, o.repeat // 2)):7.2f} ms"
+
+
+def _vs_numba(run, ms, o) -> str:
+    """' , Nx numba (met/MISSED >= 1.2x)' against the Numba peer, when installed."""
+    if not NB.available():
+        return ""
+    nb = median_ms(run, max(3, o.repeat // 2))
+    return f", {nb / ms:4.2f}x numba ({ok(nb / ms >= 1.2)} >= 1.2x)"
 
 
 def bench_norms(o, bw):
@@ -231,6 +248,9 @@ def bench_norms(o, bw):
         ln = lambda: layer_norm_kernel[(shape[0],)](x, y, w, b, N, 1e-5, BLOCK=N)
         rn = lambda: rms_norm_kernel[(shape[0],)](x, y, w, N, 1e-6, BLOCK=N)
     xd = x.astype(np.float64)
+    out = np.empty_like(x)
+    numba = {"layer_norm": lambda: NB.layer_norm(x, w, b, np.float32(1e-5), out),
+             "rms_norm": lambda: NB.rms_norm(x, w, np.float32(1e-6), out)}
     for name, run, peer, ref in (
             ("layer_norm", ln, lambda: np_layer_norm(x, w, b), np_layer_norm(xd, w, b)),
             ("rms_norm", rn, lambda: np_rms_norm(x, w), np_rms_norm(xd, w))):
@@ -239,8 +259,9 @@ def bench_norms(o, bw):
         ms = median_ms(run, o.repeat)
         np_ms = median_ms(peer, max(3, o.repeat // 2))
         row(f"{name} {shape[0]}x{shape[1]}", f"{ms:7.2f} ms ({limit:.1f} ms limit)",
-            f"numpy {np_ms:7.2f} ms (no numba)",
-            f"{np_ms / ms:5.1f}x numpy, {ms / limit:3.1f}x limit")
+            f"numpy {np_ms:7.2f} ms",
+            f"{np_ms / ms:5.1f}x numpy, {ms / limit:3.1f}x limit"
+            f"{_vs_numba(numba[name], ms, o)}")
 
 
 def bench_matmul(o, bw):
