@@ -214,6 +214,16 @@ class Progress:
 
 # ------------------------------------------------------------------------------ kdsl bench
 
+# `kdsl bench NAME` without --sizes sweeps these values of each library case's size parameter
+# (its `sweep(n)`: row length, matrix size, sequence length, ...), small to large.
+DEFAULT_SWEEPS: dict[str, list[int]] = {
+    "softmax": [256, 1024, 4096, 16384], "layer_norm": [256, 1024, 4096, 16384],
+    "rms_norm": [256, 1024, 4096, 16384], "matmul": [128, 256, 512, 1024],
+    "mlp": [64, 128, 256, 512], "attention": [128, 256, 512, 1024],
+    "decode_attention": [64, 256, 1024], "quant_matmul": [256, 512, 1024, 2048],
+}
+
+
 def _workloads(target: str, sizes: list[str] | None, dtype: str
                ) -> list[tuple[str, Callable[[str], Any], float, float]]:
     """(size label, launch(backend), flops, bytes) per point of the sweep."""
@@ -240,7 +250,7 @@ def _workloads(target: str, sizes: list[str] | None, dtype: str
     fn, _ = library_function(target)
     case = CASES[target]
     item = np.dtype(dtype).itemsize
-    for size in sizes or [None]:
+    for size in sizes or DEFAULT_SWEEPS.get(target, [None]):
         shape = case.sweep(int(size)) if size is not None else case.shape
         pos, kw = case.make(shape, np.dtype(dtype), np.random.default_rng(0))
 
