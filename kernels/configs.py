@@ -119,3 +119,33 @@ def candidates(table: dict[str, list[Row]], backend: str) -> list[dict[str, Any]
 
 def row_loop_block(backend: str) -> int:
     return ROW_LOOP_BLOCK.get(backend, ROW_LOOP_BLOCK["default"])
+
+
+# Extra candidates the matmul autotuner tries beside the table rows (docs/kernels.md): the
+# table's row for the problem size is always tried first and is the correctness reference.
+MATMUL_SEARCH: dict[str, list[dict[str, Any]]] = {
+    "default": [
+        {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4},
+        {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4},
+    ],
+    "llvm": [
+        {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1},
+        {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1},
+    ],
+    "interp": [],
+}
+
+
+def search_space(table: dict[str, list[Row]], search: dict[str, list[dict[str, Any]]],
+                 backend: str, size: int) -> list[dict[str, Any]]:
+    """The autotuner's candidates for a problem of `size`: the table's pick first (it is the
+    reference the others must agree with), then the other rows and the extra candidates."""
+    out = [pick(table, backend, size)]
+    for meta in candidates(table, backend) + [dict(m) for m in
+                                              search.get(backend, search["default"])]:
+        if meta not in out:
+            out.append(meta)
+    return out

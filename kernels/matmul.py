@@ -91,15 +91,39 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
     out = empty(a, out_shape, a.dtype)
     if M == 0 or N == 0 or batch == 0:
         return out
-    meta = configs.pick(configs.MATMUL, backend, M * N)
-    bm, bn = meta["BLOCK_M"], meta["BLOCK_N"]
-    grid = (kd.cdiv(M, bm) * kd.cdiv(N, bn), batch)
     stride_bb = K * N if b.ndim == 3 else 0
-    matmul_kernel[grid](a.kernel_arg, b.kernel_arg,
-                        (bias if bias is not None else a).kernel_arg,  # unread when no bias
-                        out.kernel_arg, M, N, K, M * K, stride_bb, HAS_BIAS=bias is not None,
-                        ACT=act, backend=backend, **meta)
+    args = (a.kernel_arg, b.kernel_arg,
+            (bias if bias is not None else a).kernel_arg,  # unread when no bias
+            out.kernel_arg, M, N, K, M * K, stride_bb)
+    flags = dict(HAS_BIAS=bias is not None, ACT=act)
+    if a.kind == "numpy" and backend != "interp":
+        # host arrays: the autotuner picks the fastest configuration that agrees with the
+        # table's (per backend, device and (M, N, K); cached on disk; KDSL_AUTOTUNE=0 skips it)
+        def grid(meta):
+            return (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]), batch)
+        _tuner(backend, M * N)[grid](*args, backend=backend, **flags)
+        return out
+    meta = configs.pick(configs.MATMUL, backend, M * N)
+    grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]), batch)
+    matmul_kernel[grid](*args, backend=backend, **flags, **meta)
     return out
+
+
+_TUNERS: dict[tuple[str, int], Any] = {}
+
+
+def _tuner(backend: str, size: int) -> Any:
+    """The autotuned matmul kernel for `backend`, its candidates ordered for this size class
+    (the table row covering `size` first: the reference the other candidates must match)."""
+    first = configs.pick(configs.MATMUL, backend, size)
+    key = (backend, tuple(sorted(first.items())))
+    tuner = _TUNERS.get(key)
+    if tuner is None:
+        space = configs.search_space(configs.MATMUL, configs.MATMUL_SEARCH, backend, size)
+        cands = [kd.Config({k: v for k, v in m.items() if k != "num_warps"},
+                           num_warps=m.get("num_warps", 4)) for m in space]
+        tuner = _TUNERS[key] = kd.autotune(configs=cands, key=["M", "N", "K"])(matmul_kernel)
+    return tuner
 
 
 def matmul(a: Any, b: Any, bias: Any = None, activation: str | None = None,

@@ -43,6 +43,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "autotune: lets library kernels autotune (off elsewhere)")
     config.addinivalue_line("markers", "slow: skipped unless KDSL_SLOW=1 or -m slow")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
 
@@ -225,3 +226,12 @@ def rng():
     import numpy as np
 
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def _no_library_autotuning(request, monkeypatch):
+    """Library kernels autotune by default; the suite runs them on their table configuration
+    (KDSL_AUTOTUNE=0) except in the autotuner's own tests and tests marked `autotune`."""
+    if "autotune" in request.keywords or "test_autotune" in request.node.nodeid:
+        return
+    monkeypatch.setenv("KDSL_AUTOTUNE", "0")
