@@ -15,7 +15,7 @@ from .language import __all__ as _language_all
 from .runtime.jit import JITFunction, jit
 from .runtime.registry import available_backends
 
-__all__ = [
-    "__version__", "testing", "autotune", "Config", "CompilationError", "OutOfBoundsError", "JITFunction", "jit",
-    "available_backends", *_language_all,
+__all__ = [  # noqa: PLE0604  (the language names are listed by kdsl.language)
+    "__version__", "testing", "autotune", "Config", "CompilationError", "OutOfBoundsError",
+    "JITFunction", "jit", "available_backends", *_language_all,
 ]

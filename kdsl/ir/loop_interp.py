@@ -366,7 +366,7 @@ def _ev_ptradd(p, e, th):
 
 
 def _ev_ptrdiff(p, e, th):
-    (buf, off), (_, base) = p.ev(e.ptr, th), p.ev(e.base, th)
+    (_, off), (_, base) = p.ev(e.ptr, th), p.ev(e.base, th)
     return np.int64(off - base)
 
 

@@ -6,7 +6,6 @@ the end run the real pipeline on a vector add and skip while it cannot compile y
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
