@@ -615,6 +615,9 @@ def target_machine():
 _COMPILE = threading.RLock()
 
 
+SPEED_LEVEL = 3
+
+
 @lru_cache(maxsize=64)
 def optimise(source: str) -> str:
     """Parse, verify and run the O3 pipeline (vectorisers on) for the host CPU."""
@@ -626,7 +629,7 @@ def _optimise(source: str) -> str:
     llvm = _llvm()
     mod = llvm.parse_assembly(source)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto = llvm.create_pipeline_tuning_options(speed_level=SPEED_LEVEL)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pto.loop_unrolling = True
@@ -643,6 +646,13 @@ class LLVMHandle:
         self.fn = fn
         self.opt_ir = opt_ir
         self.packer = ArgPacker(kernel)
+        self._pack = self.packer.struct.pack
+
+    def direct_launch(self, grid: tuple[int, int, int], slots: list[Any]) -> None:
+        """The launch fast path (kdsl/runtime/jit.py): `slots` are the runtime arguments in
+        parameter order, array addresses and scalar values already classified and
+        range-checked by the caller."""
+        run_grid(self.fn, self._pack(*slots), grid)
 
 
 def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:

@@ -46,7 +46,11 @@ MATMUL: dict[str, list[Row]] = {
     ],
     "llvm": [
         (32 * 32, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1}),
-        (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1}),
+        (256 * 256, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
+                     "num_warps": 1}),
+        # 1024^2 and up: a 64x128 tile with BLOCK_K 128 (0.73-0.76x OpenBLAS at 1024^3 and
+        # 2048^3 against 0.51-0.70x for 64x64x64, benchmarks/RESULTS.md)
+        (INF, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1}),
     ],
     "interp": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
                       "num_warps": 1})],
@@ -134,6 +138,7 @@ MATMUL_SEARCH: dict[str, list[dict[str, Any]]] = {
         {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1},
+        {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1},
     ],
     "interp": [],
 }

@@ -168,6 +168,11 @@ def lower_reduce(L, op: tile.Op) -> None:
     xt = register_type(x.type)
     # Sums accumulate in the result's register type; extremes stay in the input's.
     acc_t = register_type(res.type) if kind == "sum" else xt
+    if res.type.is_scalar:
+        fused = _fused_partial_sum(L, op, kind, acc_t, R)
+        if fused is not None:
+            _bind_scalar(L, res, kind, fused)
+            return
     L.close()
     (arr,) = L.addressable(L.view(x)[0])  # a reduction of trans(y) reads y's storage
 
@@ -197,18 +202,60 @@ def lower_reduce(L, op: tile.Op) -> None:
     if res.type.is_scalar:
         acc = reduce_loop(L, kind, acc_t, src, src_idx, row(ix.c32(0)), ix.c32(0), count, 1,
                           L.out)
-        value = finish(acc)
-        if value is not acc.val and value is not acc.idx:
-            v = L.var(res.name or "red", register_type(res.type))
-            L.emit(Assign(v, value))
-            value = v
-        L.scalars[res.id] = value
+        _bind_scalar(L, res, kind, acc)
         return
     g = L.open_group(O)
     g.ops.add(id(op))
     L.note_addressed([src])
     acc = reduce_loop(L, kind, acc_t, src, src_idx, row(g.e), ix.c32(0), count, 1, g.body)
     L.bind(res, finish(acc), g)
+
+
+def _bind_scalar(L, res: tile.Value, kind: str, acc: Acc) -> None:
+    """Make the finished accumulator the value of the scalar result `res`."""
+    if kind.startswith("arg"):
+        value: Expr = acc.idx
+    else:
+        value = rounded(acc.val, res.type.elem) if kind == "sum" else acc.val
+    if value is not acc.val and value is not acc.idx:
+        v = L.var(res.name or "red", register_type(res.type))
+        L.emit(Assign(v, value))
+        value = v
+    L.scalars[res.id] = value
+
+
+def _fused_partial_sum(L, op: tile.Op, kind: str, t: DType, R: int) -> Acc | None:
+    """A whole-tile float sum (the norms' `sum(x * x)`) accumulated inside the element loop
+    that computes x, or None where this does not apply.
+
+    The open one-thread group over x's R elements is re-shaped into nested loops
+    (R / PARTIALS, PARTIALS) and each element is added to partial `j` (its inner index) right
+    where it is computed: x then needs no register array of R elements, and the row is
+    walked once instead of twice (on the CPU the R-element arrays of a row otherwise overflow
+    L1).  Element r still goes to partial r % PARTIALS in increasing r, so the result is
+    bit-identical to `_partial_sum`."""
+    g = L.group
+    x = L.canon(op.operands[0])
+    if not (g is not None and kind == "sum" and t.is_float and L.T == 1
+            and L.target.has("reduce_partials") and g.n == R and x.type.numel == R
+            and R % PARTIALS == 0 and R >= 2 * PARTIALS and g.vec is None and not g.loops
+            and x.id in L.cur):
+        return None
+    V = PARTIALS
+    part = L.array("part", t, V)
+    j, rb = L.var("j", int32), L.var("rb", int32)
+    zero = identity("sum", t)
+    L.out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1), [ArrayStore(part, j, zero)]))
+    g.dims, g.loops = (R // V, V), (rb, j)
+    ix.nest(g.k, g.dims, g.loops)
+    g.body.append(ArrayStore(part, j, Binary("add", Index(part, j), L.read(x))))
+    g.ops.add(id(op))  # x (if nothing else reads it) needs no array
+    L.close()
+    acc = Acc(L.var("acc", t))
+    L.out.append(Assign(acc.val, zero))
+    L.out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1),
+                     [Assign(acc.val, Binary("add", acc.val, Index(part, j)))]))
+    return acc
 
 
 def _phase1(L, kind, t, arr, x_index, O, P, R) -> tuple[Array, Array | None]:

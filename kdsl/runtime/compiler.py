@@ -153,7 +153,10 @@ def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps
             kernel.attrs["fast_math"] = True
         ir["loop"] = print_kernel(kernel)
     be.add_stages(kernel, ir)
-    source = be.codegen(kernel)
+    # a backend whose stages start from its own source (llvm) has generated it already
+    source = dict.get(ir, be.name)
+    if not isinstance(source, str):
+        source = be.codegen(kernel)
     ir[be.name] = source
     ck = CompiledKernel(fn.name, be, kernel, source, ir, num_warps)
     if build:

@@ -11,22 +11,40 @@ value, as Triton specialises), constexpr values and their types, num_warps, back
 fast_math), and looks it up in a dict; a miss compiles through the disk cache (`cache.py`).
 The hit path is a few dict lookups and one `backend.launch`: keep it free of anything slower.
 
+Plain launches (NumPy arrays and Python scalars by position, constexprs by position or keyword,
+no launch options) take a faster path first: `_fast_key` classifies each argument by exactly
+what the full binder would specialise on (array dtype and 16-byte alignment, int32 range and
+`% 16`, float32 range, constexpr type and value) and maps that tuple to a backend's direct
+launcher (`handle.direct_launch(grid, slots)`, the llvm backend's pack-and-run), skipping
+`BoundArg`s.  Anything unusual (another argument type, a read-only or empty array, an int
+outside int32, a checked or poisoned launch) misses and runs the full binder, which raises
+the precise errors; a successful full launch then records the fast entry.
+
 `fast_math` (default off: IEEE semantics) lets the backends reassociate and contract float
 math (`kernel.attrs["fast_math"]`); it is part of the key, so both variants can coexist.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from .binding import Signature, bind_arg, multiple_of_16, normalize_grid, sig_type
 from .compiler import CompiledKernel
 from .env import launch_flags
 
 _SIMPLE_CONSTS = (int, float, str, bool, complex, type(None))
+_NDARRAY = np.ndarray
+_CHAR = ctypes.c_char
+_ADDRESSOF = ctypes.addressof
+_FROM_BUFFER = _CHAR.from_buffer
+_F32_MAX = float(np.finfo(np.float32).max)
+_OFF = (None, "", "0")
 
 
 def _code_names(code: Any) -> set[str]:
@@ -92,6 +110,13 @@ class JITFunction:
         self.default_fast_math = bool(fast_math)
         self._cache: dict[tuple, CompiledKernel] = {}
         self._identity: str | None = None
+        # the fast launch path: argument classes -> (CompiledKernel, direct launcher); valid
+        # while the memory cache holds `_fast_n` entries (a user clearing it clears this)
+        self._fast: dict[tuple, tuple[CompiledKernel, Callable]] = {}
+        self._fast_n = 0
+        self._cx_flags = sig.is_constexpr
+        self._cx_names = frozenset(sig.constexpr_names)
+        self._n_runtime = len(sig.runtime_names)
 
     # -- public --------------------------------------------------------------------------
 
@@ -120,6 +145,20 @@ class JITFunction:
     def _run(self, grid, args, kwargs, backend, num_warps, check,
              poison=None, fast_math=None) -> CompiledKernel:
         env = launch_flags()
+        plain = (backend is None and num_warps is None and check is None and poison is None
+                 and fast_math is None and env[1] in _OFF and env[2] in _OFF)
+        if plain and type(grid) is tuple:
+            fk = self._fast_key(args, kwargs, env[0])
+            if fk is not None:
+                try:
+                    hit = self._fast.get(fk[0]) if self._fast_n == len(self._cache) else None
+                except TypeError:  # an unhashable constexpr: the full binder explains
+                    hit = fk = None
+                if hit is not None:
+                    hit[1](normalize_grid(grid), fk[1])
+                    return hit[0]
+        else:
+            fk = None
         values, sigs, bound, cx, backend, num_warps, check, m16, fast = self._specialise(
             args, kwargs, backend, num_warps, check, fast_math, env)
         g = normalize_grid(grid, lambda: dict(zip(self.signature.names, values)))
@@ -140,7 +179,61 @@ class JITFunction:
             from .checked import stored_indices
             fill_poison(bound, stored_indices(ck))
         ck.run(g, bound)
+        if fk is not None and ck.checks is None:
+            launch = getattr(ck._handle, "direct_launch", None)
+            if launch is not None:
+                if self._fast_n != len(self._cache):
+                    self._fast.clear()
+                    self._fast_n = len(self._cache)
+                self._fast[fk[0]] = (ck, launch)
         return ck
+
+    def _fast_key(self, args: tuple, kwargs: dict[str, Any], env_backend: str | None
+                  ) -> tuple[tuple, list] | None:
+        """(argument-class key, launch slots) of a plain launch, or None (use the full binder).
+        Slots are what the direct launcher packs: array addresses and scalar values, in
+        runtime-parameter order."""
+        cxf = self._cx_flags
+        if len(args) > len(cxf):
+            return None
+        key: list[Any] = [env_backend, len(args)]
+        slots: list[Any] = []
+        for v, cx in zip(args, cxf):
+            t = type(v)
+            if cx:
+                key.append(t)
+                key.append(v)
+            elif t is _NDARRAY:
+                try:  # raises for read-only, non-C-contiguous and empty arrays
+                    a = _ADDRESSOF(_FROM_BUFFER(v))
+                except (TypeError, ValueError, BufferError):
+                    return None
+                key.append(v.dtype)
+                key.append(not a & 15)
+                slots.append(a)
+            elif t is int:
+                if not -2147483648 <= v <= 2147483647:
+                    return None
+                key.append(int)
+                key.append(not v & 15)
+                slots.append(v)
+            elif t is float:
+                if not -_F32_MAX <= v <= _F32_MAX:  # overflow, inf and NaN: full binder
+                    return None
+                key.append(float)
+                key.append(None)
+                slots.append(v)
+            else:
+                return None
+        if len(slots) != self._n_runtime:  # a runtime argument by keyword or by default
+            return None
+        for k, v in kwargs.items():
+            if k not in self._cx_names:
+                return None
+            key.append(k)
+            key.append(type(v))
+            key.append(v)
+        return tuple(key), slots
 
     def compile(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
                 check: bool | None = None, fast_math: bool | None = None,

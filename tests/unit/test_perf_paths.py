@@ -127,3 +127,88 @@ def test_multiple_of_16_reaches_the_tile_function():
     fn, _ = build_tile(Spec, {"x_ptr": ptr, "y_ptr": ptr, "N": T.TileType((), T.int32)},
                        {"BM": 1, "BN": 16}, 1)
     assert fn.attrs["multiple_of_16"] == ("x_ptr", "N") and fn.attrs["fast_math"]
+
+
+@kd.jit
+def scale_add(x_ptr, y_ptr, n, a, BLOCK: kd.constexpr):
+    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
+    m = offs < n
+    kd.store(y_ptr + offs, kd.load(x_ptr + offs, mask=m) * a + n, mask=m)
+
+
+def test_fast_launch_path_matches_full_binder():
+    """The llvm launch fast path: hits reuse the compiled kernel; every change the full binder
+    specialises on (dtype, alignment, int % 16, constexpr type) still gets its own kernel and
+    unusual arguments fall back on the binder and its errors."""
+    if "llvm" not in kd.available_backends():
+        pytest.skip("llvm backend unavailable")
+    buf = np.arange(80, dtype=np.float32)
+    x, y = buf[:64], np.zeros(64, np.float32)
+    ck1 = scale_add[(2,)](x, y, 64, 2.0, BLOCK=32, backend="llvm")
+    ck2 = scale_add[(2,)](x, y, 64, 2.0, BLOCK=32)  # full binder, records the fast entry
+    assert scale_add._fast and ck1 is ck2
+    ck3 = scale_add[(2,)](x, y, 64, 3.0, BLOCK=32)  # fast hit
+    assert ck3 is ck2
+    assert_close(y, buf[:64].astype(np.float64) * 3 + 64)
+    # a misaligned view, an n that is not a multiple of 16 and float64 data each specialise
+    xs = buf[1:65]
+    assert scale_add[(2,)](xs, y, 64, 1.0, BLOCK=32) is not ck2
+    assert_close(y, buf[1:65].astype(np.float64) + 64)
+    assert scale_add[(2,)](x, y, 63, 1.0, BLOCK=32) is not ck2
+    assert_close(y[:63], buf[:63].astype(np.float64) + 63)
+    x64, y64 = np.arange(64, dtype=np.float64), np.zeros(64)
+    scale_add[(2,)](x64, y64, 64, 1.0, BLOCK=32)
+    assert_close(y64, np.arange(64.0) + 64)
+    # BLOCK=True and BLOCK=32.0 are other constexprs: never the int kernel
+    assert scale_add[(64,)](x, y, 64, 1.0, BLOCK=1) is not ck2
+    # misses that must raise as the full binder does
+    ro = y.copy()
+    ro.flags.writeable = False
+    scale_add[(2,)](x, y, 64, 1.0, BLOCK=32)
+    with pytest.raises(ValueError, match="read-only"):
+        scale_add[(2,)](x, ro, 64, 1.0, BLOCK=32)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        scale_add[(2,)](np.zeros((64, 2), np.float32)[:, 0], y, 64, 1.0, BLOCK=32)
+    with pytest.raises(ValueError, match="float32"):
+        scale_add[(2,)](x, y, 64, 1e300, BLOCK=32)
+    with pytest.raises(ValueError, match="grid"):
+        scale_add[(0,)](x, y, 64, 1.0, BLOCK=32)
+    # clearing the memory cache also forgets the fast entries
+    scale_add.cache.clear()
+    ck4 = scale_add[(2,)](x, y, 64, 1.0, BLOCK=32)
+    assert ck4 is not ck2 and len(scale_add.cache) == 1
+
+
+@kd.jit
+def rms_rows(x_ptr, y_ptr, N, eps, BLOCK: kd.constexpr):
+    row = kd.program_id(0)
+    cols = kd.arange(0, BLOCK)
+    mask = cols < N
+    x = kd.load(x_ptr + row * N + cols, mask=mask, other=0.0)
+    rstd = 1 / kd.sqrt(kd.sum(x * x, axis=0) / N + eps)
+    kd.store(y_ptr + row * N + cols, x * rstd, mask=mask)
+
+
+def test_whole_row_sum_fused_into_its_element_loop():
+    """A whole-tile float sum on the CPU is accumulated in the loop computing its input: the
+    row of x * x gets no register array (only x, read again after the sum, keeps one), and the
+    partial order (element r to partial r % 64) gives the same bits as the separate loop."""
+    x = np.random.default_rng(3).standard_normal((3, 320)).astype(np.float32)
+    y = np.empty_like(x)
+    ck = rms_rows.compile(x, y, 320, 1e-6, BLOCK=512, backend="llvm")
+    loop = ck.ir["loop"]
+    assert loop.count("[512]") == 1, loop
+    if "llvm" in kd.available_backends():
+        rms_rows[(3,)](x, y, 320, 1e-6, BLOCK=512, backend="llvm")
+        xd = x.astype(np.float64)
+        assert_close(y, xd / np.sqrt((xd * xd).mean(axis=1, keepdims=True) + 1e-6))
+        # bit-identical to summing 64 partials of x*x in float32 in the same order
+        sq = x * x
+        parts = np.zeros((3, 64), np.float32)
+        for rb in range(0, 512, 64):
+            parts += np.pad(sq, ((0, 0), (0, 192)))[:, rb:rb + 64]
+        acc = np.zeros(3, np.float32)
+        for j in range(64):
+            acc += parts[:, j]
+        rstd = np.float32(1) / np.sqrt(acc / np.float32(320) + np.float32(1e-6))
+        assert np.array_equal(y, x * rstd[:, None])
