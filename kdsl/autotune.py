@@ -39,6 +39,11 @@ from typing import Any
 import numpy as np
 
 
+def enabled() -> bool:
+    """False when `KDSL_AUTOTUNE` is 0/false/off/no: every autotuner uses its first config."""
+    return os.environ.get("KDSL_AUTOTUNE", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
 class Config:
     """Meta-parameters of one candidate: constexpr `kwargs` and launch options."""
 
@@ -131,7 +136,7 @@ class Autotuner:
                 *(str(v.dtype) for v in named.values() if hasattr(v, "dtype") and np.ndim(v)))
         cfg = self.cache.get(tkey)
         if cfg is None:
-            if os.environ.get("KDSL_AUTOTUNE", "1").strip() in ("0", "false", "off", "no"):
+            if not enabled():
                 cfg = self.configs[0]
             else:
                 cfg = self._tune(args, kwargs, grid, backend, named, tkey)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import kdsl as kd
+from kdsl.autotune import enabled as autotune_enabled
 
 from . import configs
 from ._validate import FLOATS, Arg, as_arg, check_shape, empty, resolve_backend, result, same_dtype
@@ -96,7 +97,7 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
             (bias if bias is not None else a).kernel_arg,  # unread when no bias
             out.kernel_arg, M, N, K, M * K, stride_bb)
     flags = dict(HAS_BIAS=bias is not None, ACT=act)
-    if a.kind == "numpy" and backend != "interp":
+    if a.kind == "numpy" and backend != "interp" and autotune_enabled():
         # host arrays: the autotuner picks the fastest configuration that agrees with the
         # table's (per backend, device and (M, N, K); cached on disk; KDSL_AUTOTUNE=0 skips it)
         def grid(meta):
