@@ -574,9 +574,15 @@ class CodeGenerator(ast.NodeVisitor):
         if getattr(fn, "__kdsl_builtin__", False):
             name = fn.__name__
             try:
-                inspect.signature(fn).bind(*args, **kwargs)
+                bound = inspect.signature(fn).bind(*args, **kwargs)
             except TypeError as e:
                 raise semantic.error(f"kd.{name}: {e}") from None
+            fn_params = getattr(fn, "__kdsl_fn_params__", ())
+            if fn_params:  # e.g. kd.reduce's combine_fn: inlined where the builtin asks
+                for p in fn_params:
+                    if p in bound.arguments:
+                        bound.arguments[p] = self.inliner(bound.arguments[p], f"kd.{name}", p)
+                args, kwargs = list(bound.args), dict(bound.kwargs)
             return fn(*args, _builder=self.b, **kwargs)
         if getattr(fn, "__kdsl_jit__", None) is not None:
             return self.inline(fn.__kdsl_jit__, args, kwargs)
@@ -597,6 +603,15 @@ class CodeGenerator(ast.NodeVisitor):
         name = f"{module}.{name}" if module and module != "builtins" else name
         raise semantic.error(f"{name} is not a kdsl function: a kernel can call kd.* builtins "
                              "and @kd.jit functions only")
+
+    def inliner(self, f: Any, builtin: str, param: str) -> Any:
+        """A Python callable that inlines the kdsl function `f` (a @kd.jit function or a
+        builtin) at the builder's insertion point, for a builtin parameter taking a function."""
+        if not (getattr(f, "__kdsl_jit__", None) is not None
+                or getattr(f, "__kdsl_builtin__", False)):
+            what = getattr(f, "__name__", None) or type(f).__name__
+            raise semantic.error(f"{builtin}: {param} must be a @kd.jit function, got {what}")
+        return lambda *xs: self.call(f, list(xs), {})
 
     def inline(self, pyfn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Compile a @kd.jit helper's body in place with its parameters bound to the arguments;

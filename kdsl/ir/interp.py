@@ -409,9 +409,30 @@ def _h_ptr_offset(op, ins, m):
     return [np.asarray(p.off - base.off, dtype=np.int64)]
 
 
+def _run_region(block: tile.Block, args: list) -> list:
+    """Values yielded by a pure region (a custom reduce's combine) evaluated on `args`, which
+    may be arrays: the region's scalar ops then run element-wise over them."""
+    env = {a.id: v for a, v in zip(block.args, args)}
+    for op in block.ops:
+        ins = [env[o.id] for o in op.operands]
+        if op.kind in tile.TERMINATORS:
+            return ins
+        for r, v in zip(op.results, _finish(op, _HANDLERS[op.kind](op, ins, None))):
+            env[r.id] = v
+    return []
+
+
 def _h_reduce(op, ins, m):
     x, kind, ax = np.asarray(ins[0]), op.attrs["op"], op.attrs["axis"]
     elem = _elem(op.result)
+    if kind == "custom":
+        # A left fold along the axis (one fixed order of the unspecified ones), vectorised
+        # over the other dims by evaluating the combine region on arrays.
+        xs = np.moveaxis(x, ax, 0)
+        acc = xs[0]
+        for i in range(1, xs.shape[0]):
+            (acc,) = _run_region(op.regions[0], [acc, xs[i]])
+        return [acc]
     if kind == "sum":
         # Accumulate in the result's register type (float32 for 16-bit floats, rounded once).
         return [np.sum(x, axis=ax, dtype=_cnp(elem))]

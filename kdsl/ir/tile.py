@@ -31,6 +31,9 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
   atomic_add       (ptr, value[, mask])     -> old values
   reduce           (x) {op, axis}           -> x with `axis` removed (scalar when x is 1-D);
                                                op in sum max min argmax argmin (arg* give int32)
+                                               or custom: region combine(a, b) of two scalars
+                                               of x's elem ending in `yield(c)`; the region
+                                               uses only its arguments (isolated from above)
   dot              (a: MxK, b: KxN, acc: MxN) {precision}  -> MxN (acc's elem)
   hint             (x) {multiple_of?, max_contiguous?}     -> x, with a promise about its values
   for              (lo, hi, step, *inits)   region body(iv, *carried) ending in `yield` -> results
@@ -356,8 +359,18 @@ def _verify_op(op: Op) -> None:
             _check(ins[2].type == TileType(ins[0].shape, int1), op, "store mask")
     elif k == "reduce":
         x, ax = ins[0], op.attrs["axis"]
-        _check(op.attrs["op"] in REDUCE_OPS and 0 <= ax < x.type.rank, op, "reduce op/axis")
+        _check((op.attrs["op"] in REDUCE_OPS or op.attrs["op"] == "custom")
+               and 0 <= ax < x.type.rank, op, "reduce op/axis")
         _check(t.shape == x.shape[:ax] + x.shape[ax + 1:], op, "reduce shape")
+        if op.attrs["op"] == "custom":
+            st = TileType((), x.elem)
+            _check(t.elem == x.elem and len(op.regions) == 1, op, "custom reduce region")
+            r = op.regions[0]
+            _check([a.type for a in r.args] == [st, st], op, "combine takes two scalars")
+            _check(r.terminator is not None and r.terminator.kind == "yield"
+                   and [v.type for v in r.terminator.operands] == [st], op, "combine yields")
+        else:
+            _check(not op.regions, op, "built-in reduce has no region")
     elif k == "dot":
         a, b, c = ins
         _check(a.type.rank == b.type.rank == 2 and a.shape[1] == b.shape[0], op, "dot shapes")
@@ -403,7 +416,8 @@ def verify(fn: Function) -> None:
                 raise VerifyError(f"{op.kind} at {op.loc}: terminator not last")
             _verify_op(op)
             for r in op.regions:
-                visit(r, scope)
+                # A reduce's combine region is isolated: it sees only its own arguments.
+                visit(r, set() if op.kind == "reduce" else scope)
             scope |= {r.id for r in op.results}
 
     visit(fn.body, defined)

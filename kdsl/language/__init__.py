@@ -47,6 +47,7 @@ from .core import (
     permute,
     pointer_type,
     program_id,
+    reduce,
     reshape,
     rsqrt,
     sigmoid,
@@ -79,7 +80,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
     "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
     # reductions
-    "sum", "max", "min", "argmax", "argmin",
+    "sum", "max", "min", "argmax", "argmin", "reduce",
     # matrix
     "dot", "trans", "permute",
     # hints

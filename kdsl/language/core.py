@@ -241,6 +241,20 @@ argmax = _reduction("argmax", "int32 index of the first maximum along `axis`")
 argmin = _reduction("argmin", "int32 index of the first minimum along `axis`")
 
 
+@builtin
+def reduce(input, axis, combine_fn, keep_dims=False, _builder=None):
+    """Combine the elements along `axis` (None: all) with `combine_fn`, a @kd.jit function of
+    two scalars returning one scalar of the same type. It must be associative and commutative:
+    the order and association of the combinations are unspecified. The frontend passes
+    `combine_fn` as a Python callable that inlines the function (see `__kdsl_fn_params__`)."""
+    return semantic.reduce_custom(_builder, input, axis, combine_fn, keep_dims)
+
+
+# Parameters of a builtin that take a kdsl function: the frontend replaces the function by a
+# callable that inlines it at the builder's insertion point.
+reduce.__kdsl_fn_params__ = ("combine_fn",)
+
+
 # -------------------------------------------------------------------------------- matrix
 
 
@@ -327,7 +341,7 @@ def static_assert(cond, msg="", _builder=None):
 
 # Tile methods: `x.to(...)`, `x.sum(axis)`, ... call the builtin with `x` first.
 TILE_METHODS: dict[str, Callable] = {
-    "to": cast, "sum": sum, "max": max, "min": min, "argmax": argmax, "argmin": argmin,
+    "to": cast, "sum": sum, "reduce": reduce, "max": max, "min": min, "argmax": argmax, "argmin": argmin,
     "reshape": reshape, "view": view, "broadcast_to": broadcast_to, "trans": trans,
     "permute": permute, "expand_dims": expand_dims, "exp": exp, "exp2": exp2, "log": log,
     "log2": log2, "sqrt": sqrt, "rsqrt": rsqrt, "abs": abs, "sin": sin, "cos": cos,

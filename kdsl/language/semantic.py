@@ -10,11 +10,11 @@ the kernel's file and line.
 from __future__ import annotations
 
 import builtins as _py
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import CompilationError
-from ..ir.tile import COMPARE_OPS, FLOAT_ONLY_UNARY, Value
+from ..ir.tile import BINARY_OPS, COMPARE_OPS, FLOAT_ONLY_UNARY, UNARY_OPS, Block, Value
 from ..ir.types import (
     DType,
     PointerType,
@@ -600,6 +600,65 @@ def reduce(b, op: str, x: Operand, axis: Any = None, keep_dims: bool = False) ->
         kept = tuple(1 for _ in in_shape) if axis is None else \
             in_shape[:ax] + (1,) + in_shape[ax + 1:]
         r = b.op("reshape", [r], TileType(kept, dt))
+    return r
+
+
+# Tile IR ops a combine function may contain: scalar arithmetic on its two arguments.
+_COMBINE_KINDS = BINARY_OPS | COMPARE_OPS | UNARY_OPS | {"const", "fma", "where", "cast",
+                                                          "bitcast", "hint"}
+
+
+def reduce_custom(b, x: Operand, axis: Any, combine: Callable[..., Any],
+                  keep_dims: bool = False) -> Value:
+    """`kd.reduce(x, axis, combine_fn)`: combine the elements along `axis` (None: all, after
+    flattening) with a user function of two scalars. `combine(a, b)` builds the function's
+    body at the builder's insertion point (the frontend inlines the @kd.jit function); it is
+    called once, on the two scalar block arguments of the op's region, and must return one
+    scalar of x's element type. The result keeps x's element type (no promotion)."""
+    x = to_value(b, x)
+    if x.type.is_ptr:
+        raise error("reduce is not defined on pointers")
+    if x.type.is_scalar:
+        return x  # one element: the combination of itself
+    in_shape = x.shape
+    if axis is None:
+        if x.type.rank > 1:
+            x = b.op("reshape", [x], TileType((x.type.numel,), x.type.elem))
+        ax = 0
+    else:
+        ax = _constexpr_int(axis, "reduce axis")
+        if not -x.type.rank <= ax < x.type.rank:
+            raise error(f"reduce axis {ax} is out of range for shape {list(x.shape)}")
+        ax %= x.type.rank
+    st = TileType((), x.type.elem)
+    region = Block()
+    args = [region.add_arg(st, "a"), region.add_arg(st, "b")]
+    with b.at_block(region):
+        r = combine(*args)
+        if isinstance(r, (tuple, list)) and len(r) == 1:
+            r = r[0]
+        if isinstance(r, (tuple, list)):
+            raise error(f"reduce: combine_fn returns {len(r)} values for 1 input (it must "
+                        "return one scalar)")
+        if is_scalar_const(r):
+            r = to_value(b, r, weak_dtype(r, st.elem))
+        if not is_value(r) or r.type != st:
+            got = r.type if is_value(r) else type(r).__name__
+            raise error(f"reduce: combine_fn must return one {st.elem} scalar (the type of its "
+                        f"arguments), got {got}")
+        b.create("yield", [r])
+    for op in region.ops[:-1]:
+        k = op.kind
+        if k not in _COMBINE_KINDS or op.regions:
+            raise error(f"reduce: combine_fn may only compute on its scalar arguments "
+                        f"(found '{k}')")
+    out_shape = x.shape[:ax] + x.shape[ax + 1:]
+    r = b.create("reduce", [x], [TileType(out_shape, st.elem)], {"op": "custom", "axis": ax},
+                 [region]).results[0]
+    if keep_dims:
+        kept = tuple(1 for _ in in_shape) if axis is None else \
+            in_shape[:ax] + (1,) + in_shape[ax + 1:]
+        r = b.op("reshape", [r], TileType(kept, st.elem))
     return r
 
 

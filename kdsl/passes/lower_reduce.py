@@ -1,4 +1,4 @@
-"""Lowering of `reduce` {op, axis}: sum, max, min, argmax, argmin.
+"""Lowering of `reduce` {op, axis}: sum, max, min, argmax, argmin and custom.
 
 The input x (length R along `axis`, O outputs) is made addressable (through `Lowerer.view`: a
 reduction of `trans(y)` reads y's storage); output element o, at coordinates c, combines x at
@@ -15,7 +15,9 @@ Combining: `sum` adds in the result's register type (16-bit floats accumulate in
 rounded once at the end, as the Tile IR interpreter defines); `max`/`min` use the NaN-propagating
 Loop IR `maximum`/`minimum`; argmax/argmin carry (value, index) and prefer the greater (smaller)
 value, then a NaN, then the lower index — NumPy's first-occurrence rule, valid for any order in
-which partials are combined.
+which partials are combined.  `custom` lowers its combine region's scalar ops in place of the
+built-in step (`combine_custom`) and, having no identity, starts each accumulator (each
+partial, then each output) from its first element.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from kdsl.ir.loop import (
 from kdsl.ir.types import DType, int1, int32
 
 from . import lower_index as ix
-from .lower_elementwise import register_type, rounded
+from .lower_elementwise import ELEMENTWISE, register_type, rounded
 
 INT32_MAX = 2**31 - 1
 
@@ -87,9 +89,30 @@ def _better(kind: str, x: Expr, xi: Expr, acc: Acc) -> Expr:
     return take
 
 
+def combine_custom(L, region: tile.Block, acc: Var, x: Expr, out: list[Stmt]) -> None:
+    """Append `acc = combine(acc, x)` to `out`: the custom reduce's region lowered as scalar
+    Loop IR (its ops are element-wise, so the element-wise table builds each one), one
+    variable per op result so that a value read twice is computed once."""
+    env: dict[int, Expr] = {region.args[0].id: acc, region.args[1].id: x}
+    for op in region.ops:
+        xs = [env[o.id] for o in op.operands]
+        if op.kind == "yield":
+            if xs[0] is not acc:
+                out.append(Assign(acc, xs[0]))
+            return
+        e = ELEMENTWISE[op.kind](op, xs, ix.c32(0))
+        if not isinstance(e, (Const, Var)):
+            v = L.var("c", register_type(op.result.type))
+            out.append(Assign(v, e))
+            e = v
+        env[op.result.id] = e
+
+
 def combine(L, kind: str, acc: Acc, x: Expr, xi: Expr | None, out: list[Stmt]) -> None:
     """Append `acc = acc (op) x` statements to `out`."""
-    if kind == "sum":
+    if kind == "custom":
+        combine_custom(L, L.op.regions[0], acc.val, x, out)
+    elif kind == "sum":
         out.append(Assign(acc.val, Binary("add", acc.val, x)))
     elif kind in ("max", "min"):
         out.append(Assign(acc.val, Binary("maximum" if kind == "max" else "minimum", acc.val, x)))
@@ -109,7 +132,13 @@ def reduce_loop(L, kind: str, t: DType, src: Array, src_idx: Array | None,
     if _use_partials(L, kind, t, lo, hi, step):
         _partial_sum(L, t, src, index, hi, acc.val, out)
         return acc
-    out.append(Assign(acc.val, identity(kind, t)))
+    if kind == "custom":
+        # No identity: the accumulator starts from the first element (every range reduced
+        # here is non-empty: lo < hi, as P <= R in the two-phase scheme).
+        out.append(Assign(acc.val, Index(src, index(lo))))
+        lo = ix.add(lo, ix.c32(step))
+    else:
+        out.append(Assign(acc.val, identity(kind, t)))
     if acc.idx is not None:
         out.append(Assign(acc.idx, Const(INT32_MAX, int32)))
     r = L.var("r", int32)
@@ -117,7 +146,7 @@ def reduce_loop(L, kind: str, t: DType, src: Array, src_idx: Array | None,
     x: Expr = Index(src, flat)
     xi = (Index(src_idx, flat) if src_idx is not None else r) if acc.idx is not None else None
     body: list[Stmt] = []
-    if acc.idx is not None:  # read several times by the comparison
+    if acc.idx is not None or kind == "custom":  # read several times by the combination
         xv = L.var("x", t)
         body.append(Assign(xv, x))
         x = xv
