@@ -21,7 +21,10 @@ a different numel, control flow or a scalar side effect.  `reshape` and `hint` a
 their operand (same flat order): they generate nothing.
 
 Values built only from indices, constants and scalars (offsets such as `rm[:, None] * K + rk`)
-are never stored: each group that reads them recomputes them (`remat_ok`), at any index.  Other
+are never stored: each group that reads them recomputes them (`remat_ok`), at any index.  With
+one thread a tile load is treated the same way when no store can come between it and its
+readers (`_load_remat_ok`): the CPU re-reads the row from cache instead of storing and
+reloading a register array that pushes the row's other operands out of L1.  Other
 gathers need their source *addressable* by flat index (`addressable`): with T == 1 that is the
 source's register array itself; with T > 1 a shared copy filled between two barriers.  When a
 group opens, the sources of all its gathers are staged together (`_prestage`).  Shared arrays
@@ -88,7 +91,10 @@ REMAT_KINDS = (
     | {"iota", "const", "splat", "reshape", "broadcast", "trans", "hint", "where", "cast",
        "addptr", "fma"}
 )
-REMAT_LIMIT = 12  # largest expression tree (in ops) recomputed instead of stored
+REMAT_LIMIT = 12  # largest expression (in distinct ops) recomputed instead of stored
+# Ops too costly to recompute on data read from memory (softmax's exp(x - max)): a value built
+# with one on a rematerialised load is stored.  On index math they stay cheap enough (rare).
+COSTLY = (tile.UNARY_OPS - {"neg", "not", "abs", "floor", "ceil"}) | {"pow"}
 
 _C_KEYWORDS = frozenset((
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
@@ -161,10 +167,21 @@ class Lowerer:
         self.out: list[Stmt] = []
         self.alias = aliases(fn)
         self.users = users(fn, self.alias)
-        self._remat: dict[int, int | None] = {}
-        # Values that reductions and dots address in memory (through gather views).
-        self.viewed: set[int] = {self.view(o)[0].id for op in fn.walk()
-                                 for o in addressed_operands(op)}
+        self._remat: dict[int, frozenset[int] | None] = {}
+        self._remat_loads: set[int] = set()  # ids of the loads that are rematerialised
+        # Where each op sits: id(op) -> (its block, its index there); for `_load_remat_ok`.
+        self._pos: dict[int, tuple[tile.Block, int]] = {}
+        for op in fn.walk():
+            for b in op.regions:
+                self._pos.update((id(o), (b, i)) for i, o in enumerate(b.ops))
+        self._pos.update((id(o), (fn.body, i)) for i, o in enumerate(fn.body.ops))
+        # Values that reductions and dots address in memory (through gather views), and the
+        # ops that address each.
+        self.viewers: dict[int, list[tile.Op]] = {}
+        for op in fn.walk():
+            for o in addressed_operands(op):
+                self.viewers.setdefault(self.view(o)[0].id, []).append(op)
+        self.viewed: set[int] = set(self.viewers)
         self.shared_bytes = 0
         # Shared memory is reused by epochs: every staging starts a new epoch after a barrier,
         # and the readers of arrays filled in earlier epochs all come before that barrier.
@@ -305,8 +322,11 @@ class Lowerer:
         outside = [u for u in self.users.get(v.id, []) if id(u) not in g.ops]
         if not outside:
             return False
-        # Every other reader goes through `read`/`read_at`, which recompute a remat_ok value.
-        return not self.remat_ok(v) or self._needs_storage(v)
+        # Every other reader goes through `read`/`read_at`, which recompute a remat_ok value,
+        # except reductions and dots outside the group (one fused into it, as
+        # lower_reduce.py's `_fused_partial_sum`, has already read it).
+        return not self.remat_ok(v) or any(id(u) not in g.ops
+                                           for u in self.viewers.get(v.id, ()))
 
     def _needs_storage(self, v: tile.Value) -> bool:
         """Whether some user must address v in memory: a reduction input, a dot operand."""
@@ -376,7 +396,7 @@ class Lowerer:
             if op.kind in GATHERS:
                 expr = self.read_at(op.operands[0], self.gather_index(op, g.e))
             else:
-                expr = ELEMENTWISE[op.kind](op, [self.read(o) for o in op.operands], g.e)
+                expr = self._recompute(op, [self.read(o) for o in op.operands], g.e)
             if not isinstance(expr, (Const, Var, Special, Index)):
                 t = self.var(v.name or "t", register_type(v.type))
                 g.body.append(Assign(t, expr))
@@ -402,19 +422,71 @@ class Lowerer:
         return self._remat_size(v) is not None
 
     def _remat_size(self, v: tile.Value) -> int | None:
+        ops = self._remat_ops(v)
+        return None if ops is None else len(ops)
+
+    def _remat_ops(self, v: tile.Value) -> frozenset[int] | None:
+        """The ops (ids) recomputed to rematerialise `v`, or None if it is not remat_ok.  A
+        subexpression read twice (the mask of a load and of its `where`) is computed once per
+        group, so the limit counts distinct ops."""
         v = self.canon(v)
         if v.type.is_scalar:
-            return 0
+            return frozenset()
         if v.id in self._remat:
             return self._remat[v.id]
-        size: int | None = None
+        ops: frozenset[int] | None = None
         op = v.owner
-        if isinstance(op, tile.Op) and op.kind in REMAT_KINDS:
-            parts = [self._remat_size(o) for o in op.operands]
-            if None not in parts and 1 + sum(parts) <= REMAT_LIMIT:
-                size = 1 + sum(parts)
-        self._remat[v.id] = size
-        return size
+        if isinstance(op, tile.Op) and (op.kind in REMAT_KINDS
+                                        or op.kind == "load" and self._load_remat_ok(op)):
+            parts = [self._remat_ops(o) for o in op.operands]
+            if None not in parts:
+                ops = frozenset({id(op)}).union(*parts)
+                if op.kind == "load":
+                    self._remat_loads.add(id(op))
+                if len(ops) > REMAT_LIMIT or (op.kind in COSTLY
+                                              and not self._remat_loads.isdisjoint(ops)):
+                    ops = None
+        self._remat[v.id] = ops
+        return ops
+
+    def _load_remat_ok(self, op: tile.Op) -> bool:
+        """Whether a tile load may be re-executed wherever it is read instead of being kept in
+        a register array (one thread only).  On the CPU that array (a whole row: 16 KiB for
+        4096 floats) costs a store and a reload per element and pushes the row's other
+        operands out of L1, where re-reading the source hits the cache.
+
+        Safe when memory cannot change between the load and its last reader: every op that
+        reads it, directly or through pure element-wise ops, sits in the load's own block
+        (not in a nested region, not its terminator: a yield's copy may run after scalar
+        carries are updated), and no op strictly between the load and the last of them stores
+        or contains a store.  A store in the last reader's own group is ordered as within a
+        group (per element, load before store), as if the load had been written there."""
+        if self.T != 1:
+            return False
+        pos = self._pos.get(id(op))
+        if pos is None:
+            return False
+        block, i = pos
+        last, seen, todo = i, set(), [op.result]
+        while todo:
+            v = self.canon(todo.pop())
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            for u in self.users.get(v.id, []):
+                p = self._pos.get(id(u))
+                if p is None or p[0] is not block or u.kind in tile.TERMINATORS:
+                    return False
+                last = max(last, p[1])
+                if u.kind in REMAT_KINDS or u.kind in ALIASES:
+                    todo.extend(u.results)
+        return not any(_has_effects(o) for o in block.ops[i + 1:last])
+
+    def _recompute(self, op: tile.Op, xs: list[Expr], idx: Expr) -> Expr:
+        """A remat_ok op's value from its operands' values `xs` at flat index `idx`."""
+        if op.kind == "load":
+            return Load(xs[0], *_mask_other(xs), loc=op.loc)
+        return ELEMENTWISE[op.kind](op, xs, idx)
 
     def eval_at(self, v: tile.Value, idx: Expr) -> Expr:
         """Recompute a `remat_ok` value at flat index `idx`."""
@@ -425,7 +497,7 @@ class Lowerer:
         src = op.operands[0] if op.operands else None
         if op.kind in GATHERS:
             return self.eval_at(src, self.gather_index(op, idx))
-        return ELEMENTWISE[op.kind](op, [self.eval_at(o, idx) for o in op.operands], idx)
+        return self._recompute(op, [self.eval_at(o, idx) for o in op.operands], idx)
 
     @staticmethod
     def gather_index(op: tile.Op, idx: Expr) -> Expr:
@@ -718,6 +790,11 @@ def _mentions(node, var: Var) -> bool:
     if isinstance(node, (Expr, Stmt)):
         return any(_mentions(getattr(node, f.name), var) for f in fields(node))
     return False
+
+
+def _has_effects(op: tile.Op) -> bool:
+    """Whether an op is, or contains in its regions, a store or an atomic."""
+    return any(o.kind in tile.SIDE_EFFECTS for o in op.walk())
 
 
 def _numel(op: tile.Op) -> int:

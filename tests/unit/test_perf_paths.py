@@ -191,13 +191,15 @@ def rms_rows(x_ptr, y_ptr, N, eps, BLOCK: kd.constexpr):
 
 def test_whole_row_sum_fused_into_its_element_loop():
     """A whole-tile float sum on the CPU is accumulated in the loop computing its input: the
-    row of x * x gets no register array (only x, read again after the sum, keeps one), and the
-    partial order (element r to partial r % 64) gives the same bits as the separate loop."""
+    row of x * x gets no register array (nor x, which is loaded again after the sum: no store
+    comes between), and the partial order (element r to partial r % 64) gives the same bits as
+    the separate loop."""
     x = np.random.default_rng(3).standard_normal((3, 320)).astype(np.float32)
     y = np.empty_like(x)
     ck = rms_rows.compile(x, y, 320, 1e-6, BLOCK=512, backend="llvm")
     loop = ck.ir["loop"]
-    assert loop.count("[512]") == 1, loop
+    assert loop.count("[512]") == 0, loop
+    assert loop.count("load(") == 2, loop
     if "llvm" in kd.available_backends():
         rms_rows[(3,)](x, y, 320, 1e-6, BLOCK=512, backend="llvm")
         xd = x.astype(np.float64)
@@ -212,3 +214,46 @@ def test_whole_row_sum_fused_into_its_element_loop():
             acc += parts[:, j]
         rstd = np.float32(1) / np.sqrt(acc / np.float32(320) + np.float32(1e-6))
         assert np.array_equal(y, x * rstd[:, None])
+
+
+@kd.jit
+def clobber_then_read(x_ptr, y_ptr, BLOCK: kd.constexpr):
+    cols = kd.arange(0, BLOCK)
+    x = kd.load(x_ptr + cols)
+    kd.store(x_ptr + cols, x * 0.0)  # overwrites the source: x must be the value loaded
+    s = kd.sum(x, axis=0)
+    kd.store(y_ptr + cols, x + s)
+
+
+@kd.jit
+def centre_rows(x_ptr, y_ptr, N, BLOCK: kd.constexpr):
+    row = kd.program_id(0)
+    cols = kd.arange(0, BLOCK)
+    mask = cols < N
+    x = kd.load(x_ptr + row * N + cols, mask=mask, other=0.0)
+    d = kd.where(mask, x - kd.sum(x, axis=0) / N, 0.0)
+    sd = kd.sqrt(kd.sum(d * d, axis=0) / N)
+    kd.store(y_ptr + row * N + cols, d / sd, mask=mask)
+
+
+def test_load_rematerialised_only_without_a_store_between():
+    """With one thread, a loaded tile read by later groups is loaded again there (no register
+    array), as is what is computed from it (d), when nothing is stored in between; a store
+    between the load and a later reader keeps the loaded snapshot in an array."""
+    x = np.random.default_rng(4).standard_normal((2, 200)).astype(np.float32)
+    y = np.empty_like(x)
+    loop = centre_rows.compile(x, y, 200, BLOCK=256, backend="llvm").ir["loop"]
+    assert "[256]" not in loop and loop.count("load(") == 3, loop
+    v = np.random.default_rng(5).standard_normal(64).astype(np.float32)
+    out = np.empty_like(v)
+    loop = clobber_then_read.compile(v.copy(), out, BLOCK=64, backend="llvm").ir["loop"]
+    assert loop.count("[64]") == 1, loop  # x kept: loaded once, before the store
+    for be in [b for b in ("llvm", "interp") if b in kd.available_backends()]:
+        centre_rows[(2,)](x, y, 200, BLOCK=256, backend=be)
+        xd = x.astype(np.float64)
+        d = xd - xd.mean(axis=1, keepdims=True)
+        assert_close(y, d / np.sqrt((d * d).mean(axis=1, keepdims=True)))
+        xv = v.copy()
+        clobber_then_read[(1,)](xv, out, BLOCK=64, backend=be)
+        assert_close(out, v.astype(np.float64) + v.astype(np.float64).sum())
+        assert not xv.any()
