@@ -37,6 +37,8 @@ from typing import Any
 from kdsl.ir import tile
 from kdsl.ir.types import DType, PointerType, TileType, int1, int32, int64
 
+from .provenance import pointer_roots
+
 ERROR_PARAM = "kd_errors"
 EXTENT_PREFIX = "kd_extent_"
 #: words of the error record: flag (violations seen), site, pid0, pid1, pid2, value
@@ -57,65 +59,6 @@ class Site:
     text: str
     arg: str | None = None
     amount: int | None = None
-
-
-# --------------------------------------------------------------------------- pointer origins
-
-
-def pointer_roots(fn: tile.Function) -> dict[int, frozenset[int]]:
-    """Value id -> indices of the runtime parameters a pointer value may derive from (a
-    fixpoint over pointer-carrying ops, loop carries and branch results)."""
-    src: dict[int, frozenset[int]] = {}
-    for i, p in enumerate(fn.runtime_params):
-        if p.type.is_ptr:
-            src[p.value.id] = frozenset({i})
-
-    def get(v: tile.Value) -> frozenset[int]:
-        return src.get(v.id, frozenset())
-
-    def join(v: tile.Value, s: frozenset[int]) -> bool:
-        old = get(v)
-        if s <= old:
-            return False
-        src[v.id] = old | s
-        return True
-
-    def carry(results, args, inits, yields) -> bool:
-        changed = False
-        for i, r in enumerate(results):
-            s = (get(inits[i]) if i < len(inits) else frozenset()) | (
-                get(yields[i]) if i < len(yields) else frozenset())
-            changed |= join(r, s)
-            if i < len(args):
-                changed |= join(args[i], s)
-        return changed
-
-    changed = True
-    while changed:
-        changed = False
-        for op in fn.walk():
-            k = op.kind
-            if k in ("addptr", "splat", "broadcast", "reshape", "trans", "hint", "cast",
-                     "bitcast") and op.results:
-                changed |= join(op.results[0], get(op.operands[0]))
-            elif k == "where":
-                changed |= join(op.results[0], get(op.operands[1]) | get(op.operands[2]))
-            elif k == "for":
-                body = op.regions[0]
-                ys = body.terminator.operands if body.terminator else []
-                changed |= carry(op.results, body.args[1:], op.operands[3:], ys)
-            elif k == "while":
-                cond, body = op.regions
-                ys = body.terminator.operands if body.terminator else []
-                cs = cond.terminator.operands[1:] if cond.terminator else []
-                changed |= carry(cond.args, cond.args, op.operands, ys)
-                changed |= carry(op.results, body.args, cs, [])
-            elif k == "if":
-                for region in op.regions:
-                    if region.terminator:
-                        for r, y in zip(op.results, region.terminator.operands):
-                            changed |= join(r, get(y))
-    return src
 
 
 # ------------------------------------------------------------------------------- building
@@ -328,4 +271,4 @@ def insert_checks(fn: tile.Function) -> tile.Function:
 
 
 __all__ = ["ACCESS_KINDS", "ERROR_PARAM", "ERROR_WORDS", "EXTENT_PREFIX", "Site",
-           "insert_checks", "pointer_roots"]
+           "insert_checks"]
