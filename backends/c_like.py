@@ -77,6 +77,10 @@ class CDialect:
     # {V} (the vector type) and {p}.  Empty: the dialect has no vector access.
     vector_types: Mapping[str, str] = field(default_factory=dict)
     vector_ptr: str = "(({V}*)({p}))"
+    # pointee -> format converting one vector lane {c} to its register value, and a register
+    # value {x} to a lane (16-bit floats travel as ushort lanes); other pointees are copied
+    vector_lane_in: Mapping[str, str] = field(default_factory=dict)
+    vector_lane_out: Mapping[str, str] = field(default_factory=dict)
     # Dynamic shared memory (CUDA): when a kernel's shared arrays need more than
     # `static_shared_bytes`, they are declared as aligned slices of the one unsized buffer
     # `dynamic_shared` names (`extern __shared__`), sized at launch.  Empty: always static.
@@ -494,15 +498,11 @@ class CEmitter:
         name = self.names("a", s.dst.name)
         pointee = s.ptr.dtype.pointee.name
         lines = [f"{pad}{{ {vt} kd_v = *{vp};"]
+        lane_in = self.d.vector_lane_in.get(pointee, "{c}")
+        if pointee == "bfloat16":
+            self.need("bf16")
         for j in range(s.dst.size):
-            c = f"kd_v.{self._LANES[j]}"
-            if pointee == "float16":
-                c = f"__half2float(__ushort_as_half({c}))"
-            elif pointee == "bfloat16":
-                self.need("bf16")
-                c = f"kd_bf16_to_f32({c})"
-            elif pointee == "int1":
-                c = f"({c} != 0)"
+            c = lane_in.format(c=f"kd_v.{self._LANES[j]}")
             lines.append(f"{pad}  {name}[{j}] = {c};")
         lines[-1] += " }"
         if s.mask is None:
@@ -514,13 +514,11 @@ class CEmitter:
         name = self.names("a", s.src.name)
         pointee = s.ptr.dtype.pointee.name
         lines = [f"{pad}{{ {vt} kd_v;"]
+        lane_out = self.d.vector_lane_out.get(pointee, "{x}")
+        if pointee == "bfloat16":
+            self.need("bf16")
         for j in range(s.src.size):
-            x = f"{name}[{j}]"
-            if pointee == "float16":
-                x = f"__half_as_ushort(__float2half_rn({x}))"
-            elif pointee == "bfloat16":
-                self.need("bf16")
-                x = f"kd_f32_to_bf16({x})"
+            x = lane_out.format(x=f"{name}[{j}]")
             lines.append(f"{pad}  kd_v.{self._LANES[j]} = {x};")
         lines.append(f"{pad}  *{vp} = kd_v; }}")
         if s.mask is None:

@@ -76,6 +76,10 @@ def cuda_dialect() -> CDialect:
         # VecLoad/VecStore (kdsl/passes/lower_vector.py): float4, int4, ushort4 (16-bit floats
         # as bits), ... whose aligned loads are ld.global.v4 / ld.global.v2
         vector_types=CUDA_VECTOR_TYPES,
+        vector_lane_in={"float16": "__half2float(__ushort_as_half({c}))",
+                        "bfloat16": "kd_bf16_to_f32({c})", "int1": "({c} != 0)"},
+        vector_lane_out={"float16": "__half_as_ushort(__float2half_rn({x}))",
+                         "bfloat16": "kd_f32_to_bf16({x})"},
         # more than 48 KiB of __shared__ arrays: slices of one `extern __shared__` buffer
         dynamic_shared="kd_smem", static_shared_bytes=STATIC_SHARED_BYTES,
     )
