@@ -402,10 +402,13 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(BENCHES))
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--library", action="store_true", help="use kdsl.kernels where possible")
-    ap.add_argument("--mm-blocks", default="64,128,128")
+    ap.add_argument("--mm-blocks", default="128,128,128")  # configs.MATMUL llvm, 1024^2 up
     ap.add_argument("--attn-blocks", default="64,64")
     o = ap.parse_args()
     o.mm_blocks = tuple(int(v) for v in o.mm_blocks.split(","))
+    # The kernel disk cache is keyed by kdsl's version, not by the lowering's source: a
+    # benchmark of a changed lowering must compile afresh, not load an older build.
+    os.environ.setdefault("KDSL_CACHE", "0")
     o.attn_blocks = tuple(int(v) for v in o.attn_blocks.split(","))
     if o.library:
         import kdsl.kernels  # noqa: F401

@@ -48,9 +48,10 @@ MATMUL: dict[str, list[Row]] = {
         (32 * 32, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1}),
         (256 * 256, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
                      "num_warps": 1}),
-        # 1024^2 and up: a 64x128 tile with BLOCK_K 128 (0.73-0.76x OpenBLAS at 1024^3 and
-        # 2048^3 against 0.51-0.70x for 64x64x64, benchmarks/RESULTS.md)
-        (INF, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1}),
+        # 1024^2 and up: 128x128 with BLOCK_K 128.  With packed operands (lower_dot_cpu.py)
+        # it beat 64x128x128 and 128x256x64 at 1024^3 and 2048^3 (benchmarks/RESULTS.md,
+        # fifth round); the dot's arrays take ~320 KiB of the thread's stack.
+        (INF, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1}),
     ],
     "interp": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
                       "num_warps": 1})],
@@ -139,6 +140,7 @@ MATMUL_SEARCH: dict[str, list[dict[str, Any]]] = {
         {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1},
     ],
     "interp": [],
 }

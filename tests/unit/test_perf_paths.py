@@ -257,3 +257,35 @@ def test_load_rematerialised_only_without_a_store_between():
         clobber_then_read[(1,)](xv, out, BLOCK=64, backend=be)
         assert_close(out, v.astype(np.float64) + v.astype(np.float64).sum())
         assert not xv.any()
+
+
+@kd.jit
+def tile_dot(a_ptr, b_ptr, c_ptr, M: kd.constexpr, N: kd.constexpr, K: kd.constexpr):
+    rm = kd.arange(0, M)
+    rn = kd.arange(0, N)
+    rk = kd.arange(0, K)
+    a = kd.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = kd.load(b_ptr + rk[:, None] * N + rn[None, :])
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], kd.dot(a, b))
+
+
+def test_cpu_dot_packs_operands_into_micro_panels():
+    M, N, K = 16, 64, 24
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    c = np.zeros((M, N), np.float32)
+    ck = tile_dot[(1,)](a, b, c, M=M, N=N, K=K, backend="llvm")
+    assert_close(c, a.astype(np.float64) @ b.astype(np.float64), dtype=np.float32, k=K)
+    packs = {x.name.rstrip("0123456789_"): x for x in ck.kernel.arrays if "pack" in x.name}
+    assert set(packs) == {"apack", "bpack"}, [x.name for x in ck.kernel.arrays]
+    assert packs["apack"].size == M * K and packs["bpack"].size == K * N
+    # the micro-kernel's FMA reads b, and its broadcast reads a, only from the packed copies
+    fmas = [e for s in ck.kernel.body for e in _exprs(s) if isinstance(e, L.Fma)]
+    assert fmas
+    for f in fmas:
+        reads = {e.array.name for e in _exprs(f) if isinstance(e, L.Index)}
+        assert packs["bpack"].name in reads and len(reads) == 2, reads
+    bcast = [s for s in _walk(ck.kernel.body) if isinstance(s, L.Assign)
+             and isinstance(s.value, L.Index) and s.value.array is packs["apack"]]
+    assert bcast
