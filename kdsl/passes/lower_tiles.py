@@ -514,6 +514,9 @@ class Lowerer:
         if self.T == 1:
             if any(v.id not in self.regs for v in values):
                 self.close()
+                for v in dict.fromkeys(values):
+                    if v.id not in self.regs and self.remat_ok(v):
+                        self._materialise(v)
             return [self.regs[v.id] for v in values]
         if any(v.id not in self.staged for v in values):
             self.close()
@@ -528,6 +531,16 @@ class Lowerer:
             self.close()
             self.barrier()
         return [self.staged[v.id] for v in values]
+
+    def _materialise(self, v: tile.Value) -> None:
+        """Store a recomputed value (cheap index math, or a re-loadable tile) in a register array:
+        a dot or a reduction is about to address it in memory (one thread)."""
+        g = self.open_group(v.type.numel)
+        x = self.read(v)
+        arr = self.array(v.name or "r", register_type(v.type), g.s)
+        g.body.append(ArrayStore(arr, g.k, x))
+        self.regs[v.id] = arr
+        self.close()
 
     def note_addressed(self, arrays: list[Array]) -> None:
         """Record that the open group reads `arrays` at other slots than its own."""

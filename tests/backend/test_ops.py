@@ -379,3 +379,32 @@ def test_atomic_add(backend):
     histogram_kernel[(grid,)](x, hist, x.size, BLOCK=256, backend=backend)
     np.testing.assert_array_equal(hist[:16], np.bincount(x, minlength=16))
     assert hist[16] == grid
+
+
+@kd.jit
+def dot_trans_kernel(a_ptr, b_ptr, c_ptr, d_ptr, M: kd.constexpr, N: kd.constexpr,
+                     K: kd.constexpr):
+    rm = kd.arange(0, M)
+    rn = kd.arange(0, N)
+    rk = kd.arange(0, K)
+    a = kd.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = kd.trans(kd.load(b_ptr + rn[:, None] * K + rk[None, :]))  # unmasked, transposed
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], kd.dot(a, b))
+    # an operand computed from indices only (never stored unless addressed)
+    ramp = (rk[:, None] + rn[None, :]).to(kd.float32)
+    kd.store(d_ptr + rm[:, None] * N + rn[None, :], kd.dot(a, ramp))
+
+
+def test_dot_of_transposed_load_and_index_tile(backend):
+    M, N, K = 16, 64, 24
+    a = RNG.standard_normal((M, K)).astype(np.float32)
+    b = RNG.standard_normal((N, K)).astype(np.float32)
+    c = np.empty((M, N), np.float32)
+    d = np.empty((M, N), np.float32)
+    dot_trans_kernel[(1,)](a, b, c, d, M=M, N=N, K=K, backend=backend)
+    a64 = a.astype(np.float64)
+    assert_close(c, a64 @ b.T, k=K)
+    ramp = (np.arange(K)[:, None] + np.arange(N)[None, :]).astype(np.float64)
+    # terms up to ~80 cancel: bound the error by the magnitude of the summed terms
+    scale = np.abs(a64) @ ramp
+    np.testing.assert_array_less(np.abs(d - a64 @ ramp), 8 * 2.0**-23 * np.sqrt(K) * scale + 1e-30)
