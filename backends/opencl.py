@@ -37,25 +37,19 @@ _TYPES = {
 _WRAP = {"int8": "uint", "int16": "uint", "uint8": "uint", "uint16": "uint", "int32": "uint",
          "int64": "ulong"}
 
-_ATOMIC_F32 = """\
-/* float atomic add: compare-and-swap on the bits (OpenCL 1.2 has no float atomics) */
-static inline float kd_atomic_add_float32(volatile __global float* p, float v) {
-    uint seen = as_uint(*p), prev;
-    do {
+# Float atomic add: compare-and-swap on the bits (OpenCL 1.2 has no float atomics); one text for
+# float32 (32-bit `atomic_cmpxchg`) and float64 (`atom_cmpxchg`, cl_khr_int64_base_atomics).
+_ATOMIC_FLOAT = """\
+static inline {F} kd_atomic_add_{name}(volatile __global {F}* p, {F} v) {{
+    {U} seen = as_{U}(*p), prev;
+    do {{
         prev = seen;
-        seen = atomic_cmpxchg((volatile __global uint*)p, prev, as_uint(as_float(prev) + v));
-    } while (seen != prev);
-    return as_float(prev);
-}"""
-_ATOMIC_F64 = """\
-static inline double kd_atomic_add_float64(volatile __global double* p, double v) {
-    ulong seen = as_ulong(*p), prev;
-    do {
-        prev = seen;
-        seen = atom_cmpxchg((volatile __global ulong*)p, prev, as_ulong(as_double(prev) + v));
-    } while (seen != prev);
-    return as_double(prev);
-}"""
+        seen = {cas}((volatile __global {U}*)p, prev, as_{U}(as_{F}(prev) + v));
+    }} while (seen != prev);
+    return as_{F}(prev);
+}}"""
+_ATOMIC_F32 = _ATOMIC_FLOAT.format(F="float", U="uint", name="float32", cas="atomic_cmpxchg")
+_ATOMIC_F64 = _ATOMIC_FLOAT.format(F="double", U="ulong", name="float64", cas="atom_cmpxchg")
 _F16_ROUND = """\
 /* round to the nearest float16 (ties to even) through a private ushort: without cl_khr_fp16
    `half` exists only behind pointers */
