@@ -408,3 +408,33 @@ def test_dot_of_transposed_load_and_index_tile(backend):
     # terms up to ~80 cancel: bound the error by the magnitude of the summed terms
     scale = np.abs(a64) @ ramp
     np.testing.assert_array_less(np.abs(d - a64 @ ramp), 8 * 2.0**-23 * np.sqrt(K) * scale + 1e-30)
+
+
+class _DLPackOnly:
+    """An array that only exports DLPack (as a torch CPU tensor does)."""
+
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+@kd.jit
+def axpy_kernel(x_ptr, y_ptr, a, n, BLOCK: kd.constexpr):
+    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
+    m = offs < n
+    kd.store(y_ptr + offs, a * kd.load(x_ptr + offs, mask=m) + kd.load(y_ptr + offs, mask=m),
+             mask=m)
+
+
+def test_dlpack_arrays_in_and_out(backend):
+    x = RNG.standard_normal(300).astype(np.float32)
+    y = RNG.standard_normal(300).astype(np.float32)
+    expected = 2.0 * x.astype(np.float64) + y
+    axpy_kernel[(kd.cdiv(300, 128),)](_DLPackOnly(x), _DLPackOnly(y), 2.0, 300, BLOCK=128,
+                                      backend=backend)
+    assert_close(y, expected)  # the output was written through the DLPack view
