@@ -62,11 +62,12 @@ _F_INTRINSIC_UNARY = {"sqrt": "sqrt", "abs": "fabs", "floor": "floor", "ceil": "
 
 # Loop hints: a Loop IR `For` whose body starts with `Comment(hint)` gets these loop
 # properties.  "simd" marks the loop the lowering meant as the vector dimension (the CPU dot's
-# NR loop): it is vectorised, never fully unrolled into scalars first (which would leave the
-# vectoriser only the outer loop, with gathers); the loops around it are unrolled afterwards.
+# NR loop): it is never fully unrolled into scalars first (which would leave the vectoriser only
+# the outer loop, with gathers), so the cost model vectorises it; once vectorised it is unrolled.
+# Vectorisation is not forced (`vectorize.enable`): a forced loop that cannot be vectorised
+# makes LLVM print a remark on stderr.
 _LOOP_HINTS: dict[str, list[tuple]] = {
     "simd": [("llvm.loop.unroll.disable",),
-             ("llvm.loop.vectorize.enable", ir.Constant(I1, 1)),
              ("llvm.loop.vectorize.followup_vectorized", ("llvm.loop.unroll.full",))],
 }
 

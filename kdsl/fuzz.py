@@ -263,8 +263,9 @@ class _Gen:
             mag, prop = a.mag * b.mag, a.err * b.mag + b.err * a.mag + a.err * b.err
         elif op == "/":
             # The denominator is at least 1: the quotient's magnitude and error stay bounded.
-            t = "float32" if not _is_float(t) else t
+            # the denominator `abs(b) + 1.0` is float32 when b is an integer
             bt = b.dtype if _is_float(b.dtype) else "float32"
+            t = promote(a.dtype, bt)
             den_err = b.err + (_rnd(bt, b.mag + 1) if b.err else 0.0)
             mag, prop = a.mag, a.err + den_err * a.mag
         else:
@@ -291,6 +292,8 @@ class _Gen:
         op = self.d.choice(["//", "%"])
         t = promote(a.dtype, b.dtype)
         if _is_float(t):
+            # the divisor `abs(b) + 1.0` is float32 when b is an integer
+            t = promote(a.dtype, b.dtype if _is_float(b.dtype) else "float32")
             self.define(f"{a.name} {op} (kd.abs({b.name}) + 1.0)", shape, t, a.mag + 1, 0.0)
         else:
             self.define(f"{a.name} {op} {b.name}", shape, t, a.mag, 0.0)
