@@ -15,14 +15,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import median_ms  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+from vector_add import add  # noqa: E402  (the kernel the example shows)
+
 import kdsl as kd  # noqa: E402
-
-
-@kd.jit
-def add(x_ptr, y_ptr, out_ptr, n, BLOCK: kd.constexpr):
-    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
-    m = offs < n
-    kd.store(out_ptr + offs, kd.load(x_ptr + offs, mask=m) + kd.load(y_ptr + offs, mask=m), mask=m)
 
 
 def main() -> None:
