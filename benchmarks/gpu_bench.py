@@ -1,26 +1,53 @@
-"""GPU timings of kdsl's CUDA backend against CuPy (cuBLAS for matmul) and torch, from CUDA
-events, medians of repeated runs in one process; prints times, GB/s or TFLOP/s and ratios.
+"""GPU performance of kdsl's CUDA backend next to its peers, in one process, on device arrays
+only (no host copies inside a timing), CUDA-event medians of repeated runs.
 
-    python benchmarks/gpu_bench.py
+    python benchmarks/gpu_bench.py [--json out.json] [--dry-run] [--quick]
+
+Ceilings measured in the same run: a device-to-device copy (bytes read + written) and a bf16
+`torch.matmul` at 8192^3.  Cases: matmul fp16/bf16 4096^3 (cuBLAS through CuPy and torch, and
+the Triton persistent matmul), flash attention [4, 32, 2048, 128] causal and not (torch SDPA,
+Triton fused attention), softmax / layer_norm / rms_norm (torch, Triton).  Every case runs in
+its own try block: a failure is reported in its row and the run goes on.  The table comes last:
+time, TFLOP/s or GB/s, the best peer and the ratio peer time / kdsl time (> 1: kdsl faster),
+and kdsl's fraction of the measured ceiling.
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
 import statistics
 import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
-import numpy as np
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-
-import kdsl as kd  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def cuda_ms(fn, repeat: int = 30, warmup: int = 5) -> float:
+@dataclass
+class Row:
+    case: str
+    unit: str                 # "TFLOP/s" or "GB/s"
+    work: float               # FLOP or bytes of one call
+    kdsl_ms: float | None = None
+    peers: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+
+    def rate(self, ms: float | None) -> float | None:
+        if ms is None:
+            return None
+        return self.work / ms / 1e9 if self.unit == "TFLOP/s" else self.work / ms / 1e6
+
+
+def cuda_ms(fn: Callable[[], Any], repeat: int = 20, warmup: int = 3) -> float:
+    """Median of `repeat` CUDA-event timings of fn() after `warmup` calls."""
     import cupy as cp
     for _ in range(warmup):
         fn()
+    cp.cuda.Device().synchronize()
     start, end = cp.cuda.Event(), cp.cuda.Event()
     times = []
     for _ in range(repeat):
@@ -32,68 +59,188 @@ def cuda_ms(fn, repeat: int = 30, warmup: int = 5) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    import cupy as cp
+def _try(row: Row, name: str, fn: Callable[[], float]) -> None:
     try:
-        import torch
-    except ImportError:
-        torch = None
-    from matmul import matmul_kernel
-    from softmax import softmax_kernel
-    from vector_add import add
+        ms = fn()
+    except Exception as e:  # a failed peer or kernel is a row entry, never the end of the run
+        traceback.print_exc()
+        row.error += f"{name}: {type(e).__name__}: {str(e)[:120]}; "
+        return
+    if name == "kdsl":
+        row.kdsl_ms = ms
+    else:
+        row.peers[name] = ms
 
-    n = 1 << 26
-    x = cp.random.rand(n, dtype=cp.float32)
-    y = cp.random.rand(n, dtype=cp.float32)
-    out = cp.empty_like(x)
-    t_kd = cuda_ms(lambda: add[(kd.cdiv(n, 4096),)](x, y, out, n, BLOCK=4096))
-    assert cp.allclose(out, x + y)
-    t_cp = cuda_ms(lambda: cp.add(x, y, out=out))
-    gb = 12 * n / 1e9
-    print(f"vector add n={n}: kdsl {t_kd:.3f} ms ({gb / t_kd * 1e3:.0f} GB/s), "
-          f"cupy {t_cp:.3f} ms ({gb / t_cp * 1e3:.0f} GB/s), ratio {t_cp / t_kd:.2f}")
 
-    rows, cols = 4096, 4096
-    a = cp.random.standard_normal((rows, cols), dtype=cp.float32)
-    o = cp.empty_like(a)
-    t_kd = cuda_ms(lambda: softmax_kernel[(rows,)](o, a, cols, BLOCK=cols, num_warps=8))
-    ref = cp.exp(a - a.max(1, keepdims=True))
-    ref /= ref.sum(1, keepdims=True)
-    assert cp.allclose(o, ref, atol=1e-6)
-    line = f"softmax {rows}x{cols}: kdsl {t_kd:.3f} ms ({8 * rows * cols / t_kd / 1e6:.0f} GB/s)"
-    if torch is not None:
-        ta = torch.as_tensor(a, device="cuda")
-        t_t = cuda_ms(lambda: torch.softmax(ta, dim=1))
-        line += f", torch {t_t:.3f} ms, ratio {t_t / t_kd:.2f}"
-    print(line)
+def rel_err(out: Any, ref: Any) -> float:
+    import cupy as cp
+    o, r = cp.asarray(out, dtype=cp.float64), cp.asarray(ref, dtype=cp.float64)
+    return float(cp.linalg.norm(o - r) / cp.linalg.norm(r))
 
-    # (dtype, BLOCK_M = BLOCK_N, num_warps): 128x128 float32 tiles take the generic dot; a
-    # 64x64x32 float16 tile fits the tensor-core path's shared memory (lower_dot_mma.py).
-    for dt, block, warps in ((cp.float32, 128, 8), (cp.float16, 128, 8), (cp.float16, 64, 4)):
-        M = N = K = 4096
-        A = cp.random.standard_normal((M, K), dtype=cp.float32).astype(dt)
-        B = cp.random.standard_normal((K, N), dtype=cp.float32).astype(dt)
-        C = cp.empty((M, N), cp.float32)
-        grid = (kd.cdiv(M, block) * kd.cdiv(N, block),)
-        consts = {"BLOCK_M": block, "BLOCK_N": block, "BLOCK_K": 32, "GROUP_M": 8,
-                  "num_warps": warps}
 
-        def run(grid=grid, A=A, B=B, C=C, consts=consts, M=M, N=N, K=K):
-            matmul_kernel[grid](A, B, C, M, N, K, **consts)
+def bench(quick: bool) -> tuple[list[Row], dict[str, float]]:
+    import cupy as cp
+    import torch
+
+    import kdsl.kernels as K
+    from kdsl.runtime.binding import bfloat16_view
+
+    try:
+        import triton_peers as tp
+    except Exception as e:  # no Triton: its columns stay empty
+        print(f"Triton peers unavailable: {type(e).__name__}: {e}")
+        tp = None
+    dev = torch.device("cuda")
+    rows: list[Row] = []
+    ceil: dict[str, float] = {}
+
+    def cupy_of(t: torch.Tensor) -> Any:
+        if t.dtype == torch.bfloat16:
+            return bfloat16_view(cp.from_dlpack(t.view(torch.int16)))
+        return cp.from_dlpack(t)
+
+    # ceilings
+    n = (1 << 28) if not quick else (1 << 24)
+    src = torch.empty(n, dtype=torch.float32, device=dev).normal_()
+    dst = torch.empty_like(src)
+    ms = cuda_ms(lambda: dst.copy_(src))
+    ceil["copy GB/s"] = 8 * n / ms / 1e6
+    s = 8192 if not quick else 2048
+    a = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+    ms = cuda_ms(lambda: a @ b, repeat=10)
+    ceil["bf16 matmul TFLOP/s"] = 2 * s ** 3 / ms / 1e9
+
+    # matmul
+    s = 4096 if not quick else 1024
+    for dt in (torch.float16, torch.bfloat16):
+        name = str(dt).split(".")[-1]
+        row = Row(f"matmul {name} {s}^3", "TFLOP/s", 2 * s ** 3)
+        a = torch.randn(s, s, device=dev, dtype=dt)
+        b = torch.randn(s, s, device=dev, dtype=dt)
+        ref = (a.float() @ b.float())
+        ca, cb = cupy_of(a), cupy_of(b)
+
+        def kd_mm(ca=ca, cb=cb, ref=ref):
+            out = K.matmul(ca, cb)
+            return out
+        out = None
         try:
-            src = matmul_kernel.compile(A, B, C, M, N, K, backend="cuda", **consts).source
-            path = "mma" if "kd_mma" in src else "generic"
-        except Exception as exc:  # the timing below still says whether it runs
-            path = f"? ({type(exc).__name__})"
-        t_kd = cuda_ms(run, repeat=10)
-        err = float(cp.abs(C - A.astype(cp.float32) @ B.astype(cp.float32)).max())
-        t_cb = cuda_ms(lambda A=A, B=B: A @ B, repeat=10)
-        tf = 2 * M * N * K / 1e12
-        print(f"matmul {M}^3 {np.dtype(dt).name} {block}x{block}x32 w{warps} [{path}]: "
-              f"kdsl {t_kd:.2f} ms ({tf / t_kd * 1e3:.1f} TFLOP/s, max err {err:.2g}), "
-              f"cuBLAS {t_cb:.2f} ms ({tf / t_cb * 1e3:.1f} TFLOP/s), ratio {t_cb / t_kd:.2f}",
-              flush=True)
+            out = kd_mm()
+            row.error += f"err {rel_err(_tensor_values(out), cp.from_dlpack(ref)):.1e}; "
+        except Exception as e:
+            traceback.print_exc()
+            row.error += f"kdsl: {type(e).__name__}: {str(e)[:120]}; "
+        if out is not None:
+            _try(row, "kdsl", lambda: cuda_ms(kd_mm, repeat=10))
+        _try(row, "torch (cuBLAS)", lambda a=a, b=b: cuda_ms(lambda: a @ b, repeat=10))
+        if dt == torch.float16:
+            _try(row, "cupy (cuBLAS)", lambda ca=ca, cb=cb: cuda_ms(lambda: ca @ cb, repeat=10))
+        if tp is not None:
+            _try(row, "triton", lambda a=a, b=b: cuda_ms(lambda: tp.matmul(a, b), repeat=10))
+            _try(row, "kdsl (triton source)",
+                 lambda a=a, b=b: cuda_ms(lambda: tp.matmul(a, b, "kdsl"), repeat=5))
+        rows.append(row)
+
+    # attention
+    Z, H, N, D = (4, 32, 2048, 128) if not quick else (1, 4, 512, 64)
+    q, k, v = (torch.randn(Z, H, N, D, device=dev, dtype=torch.float16) for _ in range(3))
+    scale = D ** -0.5
+    for causal in (False, True):
+        flops = 4 * Z * H * N * N * D * (0.5 if causal else 1.0)
+        row = Row(f"attention fp16 {Z}x{H}x{N}x{D}{' causal' if causal else ''}", "TFLOP/s",
+                  flops)
+        cq, ck, cv = cupy_of(q), cupy_of(k), cupy_of(v)
+        _try(row, "kdsl", lambda causal=causal: cuda_ms(
+            lambda: K.attention(cq, ck, cv, causal=causal, scale=scale), repeat=5))
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def sdpa(causal=causal):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, scale=scale)
+        _try(row, "torch SDPA flash", lambda: cuda_ms(sdpa, repeat=10))
+        if tp is not None:
+            _try(row, "triton", lambda causal=causal: cuda_ms(
+                lambda: tp.attention(q, k, v, causal, scale), repeat=10))
+        rows.append(row)
+
+    # memory-bound kernels
+    R, C = (8192, 4096) if not quick else (1024, 1024)
+    for dt in (torch.float16, torch.float32):
+        name = str(dt).split(".")[-1]
+        x = torch.randn(R, C, device=dev, dtype=dt)
+        w = torch.randn(C, device=dev, dtype=dt)
+        bb = torch.randn(C, device=dev, dtype=dt)
+        nbytes = 2 * x.numel() * x.element_size()
+        cx, cw, cb = cupy_of(x), cupy_of(w), cupy_of(bb)
+        row = Row(f"softmax {name} {R}x{C}", "GB/s", nbytes)
+        _try(row, "kdsl", lambda: cuda_ms(lambda: K.softmax(cx)))
+        _try(row, "torch", lambda x=x: cuda_ms(lambda: torch.softmax(x, -1)))
+        if tp is not None:
+            _try(row, "triton", lambda x=x: cuda_ms(lambda: tp.softmax(x)))
+            _try(row, "kdsl (triton source)", lambda x=x: cuda_ms(lambda: tp.softmax(x, "kdsl")))
+        rows.append(row)
+        row = Row(f"layer_norm {name} {R}x{C}", "GB/s", nbytes)
+        _try(row, "kdsl", lambda: cuda_ms(lambda: K.layer_norm(cx, cw, cb)))
+        _try(row, "torch", lambda x=x, w=w, bb=bb: cuda_ms(
+            lambda: torch.nn.functional.layer_norm(x, (C,), w, bb)))
+        if tp is not None:
+            _try(row, "triton", lambda x=x, w=w, bb=bb: cuda_ms(lambda: tp.layer_norm(x, w, bb)))
+        rows.append(row)
+        row = Row(f"rms_norm {name} {R}x{C}", "GB/s", nbytes)
+        _try(row, "kdsl", lambda: cuda_ms(lambda: K.rms_norm(cx, cw)))
+        if hasattr(torch.nn.functional, "rms_norm"):
+            _try(row, "torch", lambda x=x, w=w: cuda_ms(
+                lambda: torch.nn.functional.rms_norm(x, (C,), w, 1e-6)))
+        rows.append(row)
+    return rows, ceil
+
+
+def _tensor_values(out: Any) -> Any:
+    """A CuPy float array of a library result (a bfloat16 view is widened)."""
+    import cupy as cp
+
+    from kdsl.runtime.binding import DTypeView
+    if isinstance(out, DTypeView):
+        return (out.array.astype(cp.uint32) << 16).view(cp.float32)
+    return out
+
+
+def table(rows: list[Row], ceil: dict[str, float]) -> str:
+    lines = ["| case | kdsl ms | kdsl rate | best peer | peer ms | peer/kdsl | % of ceiling |"
+             " notes |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        best = min(r.peers.items(), key=lambda kv: kv[1]) if r.peers else (None, None)
+        rate = r.rate(r.kdsl_ms)
+        lim = ceil.get("bf16 matmul TFLOP/s" if r.unit == "TFLOP/s" else "copy GB/s")
+        frac = f"{100 * rate / lim:.0f}%" if rate and lim else ""
+        ratio = f"{best[1] / r.kdsl_ms:.2f}" if best[1] and r.kdsl_ms else ""
+        fmt = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+        lines.append(f"| {r.case} | {fmt(r.kdsl_ms)} | "
+                     f"{f'{rate:.1f} {r.unit}' if rate else '-'} | {best[0] or '-'} | "
+                     f"{fmt(best[1])} | {ratio} | {frac} | {r.error.strip()} |")
+    lines.append("")
+    lines.append("ceilings: " + ", ".join(f"{k} {v:.0f}" for k, v in ceil.items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", help="write every figure to this file")
+    p.add_argument("--dry-run", action="store_true", help="no device: print the empty table")
+    p.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
+    args = p.parse_args(argv)
+    if args.dry_run:
+        rows, ceil = [Row("matmul float16 4096^3", "TFLOP/s", 2 * 4096 ** 3)], {}
+    else:
+        rows, ceil = bench(args.quick)
+    print(table(rows, ceil), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ceilings": ceil,
+                                               "rows": [asdict(r) for r in rows]}, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
