@@ -96,10 +96,18 @@ def _pool() -> ThreadPoolExecutor:
 
 
 _LIMIT = 1 << 31
+# Chunks per worker: a launch is cut finer than one chunk per worker so that an interrupt
+# (Ctrl-C) stops it between chunks instead of after the whole grid.
+_CHUNKS_PER_WORKER = 4
 
 
 def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
-    """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids)."""
+    """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids).
+
+    No exception leaves before every worker has stopped: the caller may free the arrays as
+    soon as this returns or raises, so a worker still running would write freed memory.  A
+    KeyboardInterrupt (Ctrl-C) cancels the chunks not yet started, waits for the running ones
+    and is then re-raised; a worker's exception is re-raised likewise, after the others."""
     g0, g1, g2 = grid if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
     if not (0 <= g0 < _LIMIT and 0 <= g1 < _LIMIT and 0 <= g2 < _LIMIT):
         raise ValueError(f"grid {tuple(grid)}: each dimension must be in [0, 2**31)")
@@ -110,12 +118,46 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
     if total < 2 * n or n == 1:  # small grids: inline, no pool round trip
         fn(packed, 0, total, g0, g1, g2)
         return
-    bounds = [total * i // n for i in range(n + 1)]
+    chunks = min(total, n * _CHUNKS_PER_WORKER)
+    launch = _Launch(fn, packed, [total * i // chunks for i in range(chunks + 1)], (g0, g1, g2))
     pool = _pool()
-    futures = [pool.submit(fn, packed, bounds[i], bounds[i + 1], g0, g1, g2)
-               for i in range(1, n)]
+    futures = [pool.submit(launch.work) for _ in range(n - 1)]
+    error: BaseException | None = None
     try:
-        fn(packed, bounds[0], bounds[1], g0, g1, g2)
-    finally:
-        for f in futures:
-            f.result()  # re-raises a worker's exception here
+        launch.work()
+    except BaseException as e:  # noqa: BLE001 - a KeyboardInterrupt between two chunks
+        launch.cancelled = True
+        error = e
+    while futures:  # wait for every worker, whatever arrives in the meantime
+        try:
+            futures[0].result()
+            futures.pop(0)
+        except KeyboardInterrupt as e:
+            launch.cancelled = True
+            error = error or e
+        except BaseException as e:  # noqa: BLE001 - a worker's own exception
+            futures.pop(0)
+            error = error or e
+    if error is not None:
+        raise error
+
+
+class _Launch:
+    """The chunks of one launch, handed out one at a time to whichever thread is free
+    (`next` on an itertools counter is atomic under the GIL)."""
+
+    def __init__(self, fn: Any, packed: bytes, bounds: list[int], grid: tuple[int, int, int]):
+        import itertools
+
+        self.fn, self.packed, self.bounds, self.grid = fn, packed, bounds, grid
+        self.next = itertools.count()
+        self.cancelled = False
+
+    def work(self) -> None:
+        fn, packed, bounds, (g0, g1, g2) = self.fn, self.packed, self.bounds, self.grid
+        last = len(bounds) - 1
+        while not self.cancelled:
+            i = next(self.next)
+            if i >= last:
+                return
+            fn(packed, bounds[i], bounds[i + 1], g0, g1, g2)
