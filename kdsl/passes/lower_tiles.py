@@ -75,6 +75,7 @@ from kdsl.ir.types import PointerType, int32
 from kdsl.target import Target
 
 from . import lower_index as ix
+from .hoist_barriers import hoist_barriers
 from .lower_analysis import ALIASES, addressed_operands, aliases, stored_params, users
 from .lower_control import lower_for, lower_if, lower_while
 from .lower_dot import dot_strategy
@@ -844,7 +845,7 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
     }
     if L.hints:
         attrs["hints"] = L.hints
-    return Kernel(fn.name, params, L.out, L.variables, L.arrays, L.T, attrs)
+    return hoist_barriers(Kernel(fn.name, params, L.out, L.variables, L.arrays, L.T, attrs))
 
 
 __all__ = ["FUSABLE", "GATHERS", "Group", "Lowerer", "lower"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import kdsl as kd
 from kdsl.backends.base import BoundArg
 from kdsl.backends.opencl import OpenCLBackend
 from kdsl.ir import loop
@@ -226,3 +227,31 @@ def test_pyopencl_arrays_are_used_in_place():
     BACKEND.launch(BACKEND.build(k, BACKEND.codegen(k)), k, (1, 1, 1),
                    args + [BoundArg("n", "scalar", samples.int32, 64)])
     np.testing.assert_array_equal(out.get(), 2 * np.arange(64, dtype=np.float32))
+
+
+# A runtime `if` holding a reduction (barriers) followed by stores: PoCL 3.1 once compiled this
+# shape so that every work-item stored regardless of its mask, past the end of the output
+# (kdsl/passes/hoist_barriers.py now keeps barriers out of conditionals).
+
+@kd.jit
+def _if_reduce_then_store(x_ptr, out_ptr, sf, n, BLOCK: kd.constexpr):
+    offs = kd.arange(0, BLOCK)
+    t = kd.load(x_ptr + offs, mask=offs < n, other=0.0)
+    acc = 0.0
+    if sf > 0.0:
+        acc = kd.sum(t, axis=0)
+    v = kd.zeros([BLOCK], kd.float32)
+    if sf > 0.0:
+        v = kd.load(x_ptr + offs, mask=offs < 1, other=0.0)
+    kd.store(out_ptr + offs, acc + v, mask=offs < 1)
+
+
+@pytest.mark.parametrize("num_warps", [1, 4])
+@pytest.mark.parametrize("sf", [1.0, -1.0])
+def test_conditional_reduction_writes_only_its_element(num_warps, sf):
+    x = np.arange(16, dtype=np.float32)
+    buf = np.full(1 + 64 * num_warps, -7.0, np.float32)  # one output, then guard elements
+    _if_reduce_then_store[(1,)](x, buf, sf, 16, BLOCK=16, backend="opencl",
+                                num_warps=num_warps)
+    assert buf[0] == (x.sum() + x[0] if sf > 0 else 0.0)
+    assert (buf[1:] == -7.0).all(), f"{(buf[1:] != -7.0).sum()} stray stores"
