@@ -365,7 +365,8 @@ class _Gen:
         b = self.pick(lambda v: bcast(c.shape, v.shape) is not None
                       and bcast(a.shape, v.shape) is not None)
         s1 = bcast(c.shape, a.shape)
-        shape = s1 and bcast(s1, b.shape)
+        # () is a valid (scalar) shape: only None means "cannot broadcast"
+        shape = None if s1 is None else bcast(s1, b.shape)
         if shape is None:
             return False
         t = promote(a.dtype, b.dtype)

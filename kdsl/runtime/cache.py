@@ -9,8 +9,11 @@ source, the IR stages, the lowered kernel and, once built, `backend.serialize(ha
 Entries are written to a temporary file in the same folder and renamed into place (readers
 never see a partial file); a reader verifies the hash and unpickles, and on any failure deletes
 the entry and recompiles.  A per-key `flock` around compile+store keeps concurrent processes
-from compiling the same kernel twice.  `KDSL_CACHE_DIR` and `KDSL_CACHE` (0 disables the
-disk cache) are read at each use.
+from compiling the same kernel twice; a waiter gives up after `KDSL_CACHE_LOCK_TIMEOUT`
+seconds (default 30: a stalled or stopped process must not block others) and compiles
+privately.  A temporary file left by a process killed between write and rename is removed by
+the next store into its folder once it is an hour old.  `KDSL_CACHE_DIR` and `KDSL_CACHE`
+(0 disables the disk cache) are read at each use.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import hashlib
 import os
 import pickle
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,8 @@ from .compiler import CompiledKernel, build_tile, finish_kernel
 MAGIC = b"KDSLC1\n"
 FORMAT = 1
 _DIGEST = 32
+LOCK_TIMEOUT = 30.0  # seconds a compile waits for another process's lock (see `locked`)
+ORPHAN_AGE = 3600.0  # seconds after which a leftover temporary file is removed
 
 try:
     import fcntl
@@ -98,6 +104,7 @@ def store(key: str, payload: dict[str, Any]) -> bool:
     path = entry_path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_orphans(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -110,6 +117,20 @@ def store(key: str, payload: dict[str, Any]) -> bool:
     except OSError:
         return False
     return True
+
+
+def remove_orphans(folder: Path, age: float = ORPHAN_AGE) -> int:
+    """Delete temporary files older than `age` seconds in `folder` (left by a process killed
+    between writing and renaming an entry); returns how many went."""
+    removed = 0
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for p in folder.glob(".*.tmp"):
+            with contextlib.suppress(OSError):
+                if now - p.stat().st_mtime > age:
+                    p.unlink()
+                    removed += 1
+    return removed
 
 
 def load(key: str) -> dict[str, Any] | None:
@@ -142,27 +163,51 @@ def discard(key: str) -> None:
 
 
 @contextlib.contextmanager
-def locked(key: str) -> Iterator[None]:
-    """Exclusive lock for `key` across processes (a no-op where flock or the folder is
-    unavailable: correctness rests on atomic renames, the lock only saves duplicate work)."""
+def locked(key: str, timeout: float | None = None) -> Iterator[bool]:
+    """Exclusive lock for `key` across processes; yields whether it is held.  Correctness rests
+    on atomic renames, the lock only saves duplicate work, so where flock or the folder is
+    unavailable, or another process keeps the lock for more than `timeout` seconds
+    (`KDSL_CACHE_LOCK_TIMEOUT`, default `LOCK_TIMEOUT`), the caller goes on without it."""
+    if timeout is None:
+        try:
+            timeout = float(os.environ.get("KDSL_CACHE_LOCK_TIMEOUT", LOCK_TIMEOUT))
+        except ValueError:
+            timeout = LOCK_TIMEOUT
     f = None
     if fcntl is not None:
         try:
             lock = entry_path(key).with_suffix(".lock")
             lock.parent.mkdir(parents=True, exist_ok=True)
             f = open(lock, "a+b")
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            if not _flock(f, timeout):
+                f.close()
+                f = None
         except OSError:
             if f is not None:
                 f.close()
             f = None
     try:
-        yield
+        yield f is not None
     finally:
         if f is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
             f.close()
+
+
+def _flock(f: Any, timeout: float) -> bool:
+    """Take an exclusive flock on `f` within `timeout` seconds (polling, with backoff)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.2)
 
 
 def _payload(key: str, ck: CompiledKernel) -> dict[str, Any]:

@@ -96,3 +96,27 @@ def test_tolerance_follows_error_bound():
                                      (("M", "1"), ("1", "N"), ("M", "N")), ((), ("K",), ("K",))])
 def test_broadcast_rule(a, b, out):
     assert F.bcast(a, b) == out
+
+
+def test_where_of_scalars_keeps_the_tile_shape():
+    """`kd.where(c, a, b)` with a scalar condition and operand and a tile `b` is a tile: the
+    generator once took the scalar shape () for "cannot broadcast" and recorded shape ()."""
+    import random
+
+    class Seeded(F._Draw):
+        def __init__(self):
+            self.r = random.Random(0)
+
+        def int(self, lo, hi):
+            return self.r.randint(lo, hi)
+
+        def chance(self, percent):
+            return False  # always reuse the values in scope
+
+    g = F._Gen(Seeded(), F.ALL_FEATURES)
+    g.vals = [F.Val("b", ("M",), "float32", 1.0, 0.0), F.Val("a", (), "float32", 1.0, 0.0),
+              F.Val("c", (), "int1", 1.0, 0.0)]
+    picks = iter([g.vals[2], g.vals[1], g.vals[0]])
+    g.pick = lambda pred, shape=None, dtype=None: next(picks)
+    g.s_where()
+    assert g.vals[-1].shape == ("M",)

@@ -205,3 +205,45 @@ def test_two_processes_same_kernel(tmp_path):
     compiles = sorted(int(out.split()[1]) for out, _ in outs)
     assert compiles == [0, 1]  # the lock made the second process load the first one's entry
     assert len(entries(cdir)) == 1
+
+
+def test_a_held_lock_times_out_and_the_waiter_goes_on(tmp_path, monkeypatch):
+    import fcntl
+    import time
+
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    key = "ab" * 32
+    lock = cache.entry_path(key).with_suffix(".lock")
+    lock.parent.mkdir(parents=True)
+    holder = open(lock, "a+b")  # another open file description: flock blocks us on it
+    fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+    try:
+        t = time.monotonic()
+        with cache.locked(key, timeout=0.3) as held:
+            waited = time.monotonic() - t
+        assert held is False and 0.25 < waited < 5
+        monkeypatch.setenv("KDSL_CACHE_LOCK_TIMEOUT", "0.1")
+        with cache.locked(key) as held:
+            assert held is False
+    finally:
+        fcntl.flock(holder.fileno(), fcntl.LOCK_UN)
+        holder.close()
+    with cache.locked(key, timeout=0.3) as held:
+        assert held is True
+
+
+def test_orphaned_temporary_files_are_removed(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    key = "cd" * 32
+    folder = cache.entry_path(key).parent
+    folder.mkdir(parents=True)
+    old, young = folder / f".{key[:16]}.x1.tmp", folder / f".{key[:16]}.x2.tmp"
+    old.write_bytes(b"partial")
+    young.write_bytes(b"being written")
+    hour_ago = time.time() - 2 * cache.ORPHAN_AGE
+    os.utime(old, (hour_ago, hour_ago))
+    assert cache.store(key, {"format": cache.FORMAT, "key": key})
+    assert not old.exists() and young.exists()
+    assert cache.load(key) is not None
