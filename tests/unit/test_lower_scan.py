@@ -315,3 +315,62 @@ def test_scans_in_a_loop_of_views_gathers_and_reductions(M, N):
     for t, args in [("interp", ref), *outs.items()]:
         np.testing.assert_array_equal(args[1], acc.reshape(-1), err_msg=f"T={t}")
         np.testing.assert_array_equal(args[2], tot, err_msg=f"T={t}")
+
+
+def vector_kernel(X, Y, I, M: kd.constexpr, N: kd.constexpr, AXIS: kd.constexpr):
+    offs = kd.arange(0, M)[:, None] * N + kd.arange(0, N)[None, :]
+    x = kd.load(X + offs)
+    v, i = kd.max(x, AXIS, return_indices=True)
+    kd.store(Y + offs, kd.cumsum(x, AXIS) + kd.cumprod(x, 1 - AXIS, reverse=True))
+    r = kd.arange(0, N if AXIS == 0 else M)
+    kd.store(I + r, i + v)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_scan_with_vector_layout(axis):
+    """CUDA's capabilities: element e lives in a run of 4 per thread (layout width 4); the scan
+    reads and writes shared memory by flat element, whatever the layout."""
+    M, N = 4, 16
+    fn = compiled(vector_kernel, {"X": P(int32), "Y": P(int32), "I": P(int32)}, M=M, N=N,
+                  AXIS=axis)
+    caps = frozenset({"vector_loads", "warp_shuffle", "native_fp16"})
+    x = RNG.integers(-3, 4, M * N).astype(np.int32)
+    x2 = x.reshape(M, N)
+    want = (np.cumsum(x2, axis) + np_scan(x2, 1 - axis, True, np.multiply)).reshape(-1)
+    want_i = x2.argmax(axis) + x2.max(axis)
+    for t in (4, 8):
+        target = Target("gpu", threads=t, warp_size=4, caps=caps)
+        kernel = lower(fn, target)
+        assert target.has("vector_loads")
+        args = [x, np.zeros(M * N, np.int32), np.zeros(max(M, N), np.int32)]
+        run_kernel(kernel, (1,), args)
+        np.testing.assert_array_equal(args[1], want, err_msg=f"T={t}")
+        np.testing.assert_array_equal(args[2][:len(want_i)], want_i, err_msg=f"T={t}")
+
+
+_BAD_IR = {
+    "reverse is a bool": "%y = scan(%x) {axis=0, op='sum', reverse=1} : tile<4xfloat32>",
+    "one operand": "%y, %z = scan(%x, %x) {axis=0, op='sum', reverse=False} : "
+                   "tile<4xfloat32>, tile<4xfloat32>",
+    "keeps the type": "%y = scan(%x) {axis=0, op='prod', reverse=False} : tile<4xint32>",
+    "scan op/axis": "%y = scan(%x) {axis=1, op='sum', reverse=False} : tile<4xfloat32>",
+    "combine takes 4 scalars": (
+        "%y, %z = reduce(%x, %x) {axis=0, op='custom'} : float32, float32 {\n"
+        "  ^region0(%a: float32, %b: float32):\n    yield(%a, %b)\n  }"),
+    "combine yields": (
+        "%y = scan(%x) {axis=0, op='custom', reverse=True} : tile<4xfloat32> {\n"
+        "  ^region0(%a: float32, %b: float32):\n    yield(%a, %b)\n  }"),
+}
+
+
+@pytest.mark.parametrize("message", sorted(_BAD_IR))
+def test_verifier_rejects_malformed_scans_and_reduces(message):
+    from kdsl.ir import parser, tile
+
+    text = ("func @k(%p: ptr<float32>) {\n  %i = iota() {axis=0, start=0} : tile<4xint32>\n"
+            "  %s = splat(%p) : tile<4xptr<float32>>\n"
+            "  %q = addptr(%s, %i) : tile<4xptr<float32>>\n"
+            "  %x = load(%q) : tile<4xfloat32>\n  " + _BAD_IR[message] + "\n}")
+    fn = parser.parse_function(text, verify=False)
+    with pytest.raises(tile.VerifyError, match=message):
+        tile.verify(fn)
