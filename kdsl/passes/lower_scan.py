@@ -78,7 +78,8 @@ class _Scan:
         self.axis, self.reverse = op.attrs["axis"], op.attrs["reverse"]
         shape = self.xs[0].shape
         self.shape = shape
-        self.A, self.R, self.B = prod(shape[:self.axis]), shape[self.axis], prod(shape[self.axis + 1:])
+        ax = self.axis
+        self.A, self.R, self.B = prod(shape[:ax]), shape[ax], prod(shape[ax + 1:])
         self.ts: list[DType] = [register_type(v.type) for v in self.xs]
         self.step = _stepper(L, op)
         L.close()
@@ -212,7 +213,8 @@ def _threads(s: _Scan) -> None:
     def worker(v: Expr) -> list[Stmt]:
         body: list[Stmt] = []
         o, p = _line_chunk(v, O, P)
-        a, b = ix.div(o, B), ix.mod(o, B)
+        a = ix.c32(0) if s.A == 1 else ix.div(o, B)
+        b = ix.c32(0) if B == 1 else ix.mod(o, B)
         q0 = ix.mul(p, C)
         r0 = s.r(q0)
         accs = s.load(a, r0, b, body, s.accs())
