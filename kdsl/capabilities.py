@@ -32,8 +32,12 @@ def cap_ops() -> dict[str, str]:
             ops[name] = f"r = kd.{name}(a, b, a)"
         elif params[:2] == ["x", "y"]:
             ops[name] = f"r = kd.{name}(a, b)"
-        elif params[:3] == ["input", "axis", "keep_dims"]:
+        elif "combine_fn" in params:
+            continue  # needs a function
+        elif params[:2] == ["input", "axis"] and "keep_dims" in params:  # reductions
             ops[name] = f"r = kd.{name}(a, axis=0) + kd.zeros((BLOCK,), kd.int32)"
+        elif params[:3] == ["input", "axis", "reverse"]:  # scans
+            ops[name] = f"r = kd.{name}(a, 0)"
         elif params[:3] == ["a", "b", "acc"]:
             ops[name] = (f"r = kd.reshape(kd.{name}(kd.reshape(a, (16, 16)), "
                          "kd.reshape(b, (16, 16))), (BLOCK,))")

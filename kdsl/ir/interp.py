@@ -424,15 +424,16 @@ def _run_region(block: tile.Block, args: list) -> list:
 
 def _h_reduce(op, ins, m):
     x, kind, ax = np.asarray(ins[0]), op.attrs["op"], op.attrs["axis"]
-    elem = _elem(op.result)
     if kind == "custom":
         # A left fold along the axis (one fixed order of the unspecified ones), vectorised
-        # over the other dims by evaluating the combine region on arrays.
-        xs = np.moveaxis(x, ax, 0)
-        acc = xs[0]
-        for i in range(1, xs.shape[0]):
-            (acc,) = _run_region(op.regions[0], [acc, xs[i]])
-        return [acc]
+        # over the other dims by evaluating the combine region on arrays; n operands fold
+        # together, the region taking (acc_1..acc_n, x_1..x_n).
+        xs = [np.moveaxis(np.asarray(v), ax, 0) for v in ins]
+        acc = [v[0] for v in xs]
+        for i in range(1, xs[0].shape[0]):
+            acc = _run_region(op.regions[0], acc + [v[i] for v in xs])
+        return acc
+    elem = _elem(op.result)
     if kind == "sum":
         # Accumulate in the result's register type (float32 for 16-bit floats, rounded once).
         return [np.sum(x, axis=ax, dtype=_cnp(elem))]
@@ -441,6 +442,37 @@ def _h_reduce(op, ins, m):
     # argmax/argmin: first index of the extreme; NumPy counts NaN as the extreme (first wins).
     f = np.argmax if kind == "argmax" else np.argmin
     return [f(x, axis=ax).astype(np.int32)]
+
+
+# Built-in scan kinds -> the binary op that combines (one rounding per step, as that op).
+_SCAN_STEP = {"sum": "add", "prod": "mul"}
+
+
+def _h_scan(op, ins, m):
+    """Inclusive scan: a sequential left fold along the axis that keeps every step, from the
+    end when `reverse` (y[i] = combine(y[i+1], x[i])); vectorised over the other dims."""
+    ax, kind = op.attrs["axis"], op.attrs["op"]
+    xs = [np.moveaxis(np.asarray(v), ax, 0) for v in ins]
+    if op.attrs["reverse"]:
+        xs = [v[::-1] for v in xs]
+    if kind == "custom":
+        def step(acc, x):
+            return _run_region(op.regions[0], acc + x)
+    else:
+        binop = tile.Op(_SCAN_STEP[kind], op.operands * 2, [op.results[0].type])
+
+        def step(acc, x):
+            return _finish(binop, _h_binary(binop, [acc[0], x[0]], None))
+    acc = [v[0] for v in xs]
+    outs = [[a] for a in acc]
+    for i in range(1, xs[0].shape[0]):
+        acc = step(acc, [v[i] for v in xs])
+        for o, a in zip(outs, acc):
+            o.append(a)
+    res = [np.stack(o) for o in outs]
+    if op.attrs["reverse"]:
+        res = [r[::-1] for r in res]
+    return [np.ascontiguousarray(np.moveaxis(r, 0, ax)) for r in res]
 
 
 def _h_dot(op, ins, m):
@@ -515,7 +547,7 @@ _HANDLERS: dict[str, Callable] = {
     "reshape": _h_reshape, "trans": _h_trans, "hint": _h_identity, "fma": _h_fma,
     "where": _h_where, "cast": _h_cast, "bitcast": _h_bitcast, "addptr": _h_addptr,
     "ptr_offset": _h_ptr_offset,
-    "reduce": _h_reduce, "dot": _h_dot, "program_id": _h_program_id,
+    "reduce": _h_reduce, "scan": _h_scan, "dot": _h_dot, "program_id": _h_program_id,
     "num_programs": _h_num_programs, "load": _h_load, "store": _h_store,
     "atomic_add": _h_atomic_add, "for": _h_for, "while": _h_while, "if": _h_if,
 }

@@ -29,11 +29,18 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
   load             (ptr[, mask, other])     {volatile?} -> elements at ptr (other where mask false)
   store            (ptr, value[, mask])     -> no result
   atomic_add       (ptr, value[, mask])     -> old values
-  reduce           (x) {op, axis}           -> x with `axis` removed (scalar when x is 1-D);
+  reduce           (x, ...) {op, axis}      -> x with `axis` removed (scalar when x is 1-D);
                                                op in sum max min argmax argmin (arg* give int32)
-                                               or custom: region combine(a, b) of two scalars
-                                               of x's elem ending in `yield(c)`; the region
-                                               uses only its arguments (isolated from above)
+                                               on one operand, or custom on n >= 1 operands of
+                                               one shape -> n results of their elems: region
+                                               combine(a_1..a_n, b_1..b_n) of scalars ending in
+                                               `yield(c_1..c_n)`; the region uses only its
+                                               arguments (isolated from above)
+  scan             (x, ...) {op, axis, reverse} -> inclusive scan along `axis`, results of the
+                                               operands' types: y[0] = x[0], y[i] =
+                                               combine(y[i-1], x[i]) (reverse: from the end,
+                                               y[i] = combine(y[i+1], x[i])); op in sum prod on
+                                               one operand, or custom with a region as reduce's
   dot              (a: MxK, b: KxN, acc: MxN) {precision}  -> MxN (acc's elem)
   hint             (x) {multiple_of?, max_contiguous?}     -> x, with a promise about its values
   for              (lo, hi, step, *inits)   region body(iv, *carried) ending in `yield` -> results
@@ -82,6 +89,9 @@ UNARY_OPS = frozenset(
 )
 FLOAT_ONLY_UNARY = UNARY_OPS - {"neg", "not", "abs"}
 REDUCE_OPS = frozenset("sum max min argmax argmin".split())
+SCAN_OPS = frozenset({"sum", "prod"})
+# Ops whose region (a combine function) sees only its own arguments: isolated from above.
+ISOLATED_REGIONS = frozenset({"reduce", "scan"})
 # Ops computed independently per element on operands and result of one shape.
 ELEMENTWISE = (
     BINARY_OPS | COMPARE_OPS | UNARY_OPS
@@ -357,20 +367,8 @@ def _verify_op(op: Op) -> None:
                op, "store value type")
         if len(ins) > 2:
             _check(ins[2].type == TileType(ins[0].shape, int1), op, "store mask")
-    elif k == "reduce":
-        x, ax = ins[0], op.attrs["axis"]
-        _check((op.attrs["op"] in REDUCE_OPS or op.attrs["op"] == "custom")
-               and 0 <= ax < x.type.rank, op, "reduce op/axis")
-        _check(t.shape == x.shape[:ax] + x.shape[ax + 1:], op, "reduce shape")
-        if op.attrs["op"] == "custom":
-            st = TileType((), x.elem)
-            _check(t.elem == x.elem and len(op.regions) == 1, op, "custom reduce region")
-            r = op.regions[0]
-            _check([a.type for a in r.args] == [st, st], op, "combine takes two scalars")
-            _check(r.terminator is not None and r.terminator.kind == "yield"
-                   and [v.type for v in r.terminator.operands] == [st], op, "combine yields")
-        else:
-            _check(not op.regions, op, "built-in reduce has no region")
+    elif k in ISOLATED_REGIONS:
+        _verify_combine_op(op)
     elif k == "dot":
         a, b, c = ins
         _check(a.type.rank == b.type.rank == 2 and a.shape[1] == b.shape[0], op, "dot shapes")
@@ -402,6 +400,35 @@ def _verify_op(op: Op) -> None:
         raise VerifyError(f"unknown op kind {k!r} at {op.loc}")
 
 
+def _verify_combine_op(op: Op) -> None:
+    """`reduce` and `scan`: built-in kinds on one operand, or `custom` on n operands of one
+    shape with a combine region of 2n scalars yielding n."""
+    k, ins, outs = op.kind, op.operands, op.results
+    kind, ax = op.attrs.get("op"), op.attrs.get("axis")
+    builtin = REDUCE_OPS if k == "reduce" else SCAN_OPS
+    _check(bool(ins) and (kind in builtin or kind == "custom") and isinstance(ax, int)
+           and 0 <= ax < ins[0].type.rank, op, f"{k} op/axis")
+    shape = ins[0].shape
+    out_shape = shape[:ax] + shape[ax + 1:] if k == "reduce" else shape
+    _check(all(i.shape == shape for i in ins) and len(outs) == len(ins), op,
+           f"{k} operands of one shape, one result each")
+    _check(all(r.shape == out_shape for r in outs), op, f"{k} shape")
+    if k == "scan":
+        _check(isinstance(op.attrs.get("reverse"), bool), op, "scan reverse is a bool")
+    if kind != "custom":
+        _check(len(ins) == 1 and not op.regions, op, f"built-in {k} has one operand, no region")
+        if k == "scan":
+            _check(outs[0].type == ins[0].type, op, "scan keeps the type")
+        return
+    st = [TileType((), i.elem) for i in ins]
+    _check([r.elem for r in outs] == [i.elem for i in ins] and len(op.regions) == 1, op,
+           f"custom {k} region")
+    r = op.regions[0]
+    _check([a.type for a in r.args] == st + st, op, f"combine takes {2 * len(ins)} scalars")
+    _check(r.terminator is not None and r.terminator.kind == "yield"
+           and [v.type for v in r.terminator.operands] == st, op, "combine yields")
+
+
 def verify(fn: Function) -> None:
     """Check types and shapes of every op and that every operand is defined before use."""
     defined: set[int] = {p.value.id for p in fn.runtime_params}
@@ -416,8 +443,8 @@ def verify(fn: Function) -> None:
                 raise VerifyError(f"{op.kind} at {op.loc}: terminator not last")
             _verify_op(op)
             for r in op.regions:
-                # A reduce's combine region is isolated: it sees only its own arguments.
-                visit(r, set() if op.kind == "reduce" else scope)
+                # A combine region is isolated: it sees only its own arguments.
+                visit(r, set() if op.kind in ISOLATED_REGIONS else scope)
             scope |= {r.id for r in op.results}
 
     visit(fn.body, defined)

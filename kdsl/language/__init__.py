@@ -8,6 +8,7 @@ from .core import (
     arange,
     argmax,
     argmin,
+    associative_scan,
     atomic_add,
     bfloat16,
     broadcast,
@@ -18,6 +19,8 @@ from .core import (
     clamp,
     constexpr,
     cos,
+    cumprod,
+    cumsum,
     dot,
     erf,
     exp,
@@ -48,10 +51,12 @@ from .core import (
     pointer_type,
     program_id,
     reduce,
+    reduce_or,
     reshape,
     rsqrt,
     sigmoid,
     sin,
+    softmax,
     sqrt,
     static_assert,
     static_range,
@@ -65,6 +70,7 @@ from .core import (
     uint64,
     view,
     where,
+    xor_sum,
     zeros,
     zeros_like,
 )
@@ -80,7 +86,9 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
     "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
     # reductions
-    "sum", "max", "min", "argmax", "argmin", "reduce",
+    "sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "reduce_or", "softmax",
+    # scans
+    "cumsum", "cumprod", "associative_scan",
     # matrix
     "dot", "trans", "permute",
     # hints

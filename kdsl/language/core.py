@@ -31,7 +31,7 @@ from ..ir.types import (  # noqa: F401  (re-exported dtypes)
     uint32,
     uint64,
 )
-from . import semantic
+from . import scan_reduce, semantic
 
 pointer_type = PointerType
 
@@ -224,35 +224,101 @@ def fma(x, y, z, _builder=None):
 # ---------------------------------------------------------------------------- reductions
 
 
-def _reduction(name: str, doc: str) -> Callable:
-    def fn(input, axis=None, keep_dims=False, _builder=None):
-        return semantic.reduce(_builder, name, input, axis, keep_dims)
-
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
-    return builtin(fn)
+@builtin
+def sum(input, axis=None, keep_dims=False, dtype=None, _builder=None):
+    """Sum along `axis` (None: all). Without `dtype`, small ints accumulate in int32 and
+    float16/bfloat16 give float32; with it, the input is cast to `dtype` and summed in it."""
+    return scan_reduce.sum(_builder, input, axis, keep_dims, dtype)
 
 
-sum = _reduction("sum", "sum along `axis` (None: all); small ints accumulate in int32, "
-                        "float16/bfloat16 give float32")
-max = _reduction("max", "maximum along `axis` (None: all)")
-min = _reduction("min", "minimum along `axis` (None: all)")
-argmax = _reduction("argmax", "int32 index of the first maximum along `axis`")
-argmin = _reduction("argmin", "int32 index of the first minimum along `axis`")
+@builtin
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True,
+        keep_dims=False, _builder=None):
+    """Maximum along `axis` (None: all); types narrower than 32 bits widen (as Triton). With
+    `return_indices`, (values, int32 index of the first maximum)."""
+    return scan_reduce.max_min(_builder, "max", input, axis, return_indices,
+                               return_indices_tie_break_left, keep_dims)
+
+
+@builtin
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True,
+        keep_dims=False, _builder=None):
+    """Minimum along `axis` (None: all); see `max`."""
+    return scan_reduce.max_min(_builder, "min", input, axis, return_indices,
+                               return_indices_tie_break_left, keep_dims)
+
+
+@builtin
+def argmax(input, axis=None, tie_break_left=True, keep_dims=False, _builder=None):
+    """int32 index of the first maximum along `axis` (None: of the flattened tile)."""
+    return scan_reduce.arg_max_min(_builder, "max", input, axis, tie_break_left, keep_dims)
+
+
+@builtin
+def argmin(input, axis=None, tie_break_left=True, keep_dims=False, _builder=None):
+    """int32 index of the first minimum along `axis` (None: of the flattened tile)."""
+    return scan_reduce.arg_max_min(_builder, "min", input, axis, tie_break_left, keep_dims)
+
+
+@builtin
+def xor_sum(input, axis=None, keep_dims=False, _builder=None):
+    """Bitwise xor of the (integer) elements along `axis` (None: all)."""
+    return scan_reduce.xor_sum(_builder, input, axis, keep_dims)
+
+
+@builtin
+def reduce_or(input, axis, keep_dims=False, _builder=None):
+    """Bitwise or of the (integer) elements along `axis` (None: all)."""
+    return scan_reduce.reduce_or(_builder, input, axis, keep_dims)
+
+
+@builtin
+def softmax(x, dim=None, keep_dims=False, ieee_rounding=False, _builder=None):
+    """exp(x - max(x, dim)) / sum(..., dim), `dim` None meaning 0 (Triton's definition)."""
+    return scan_reduce.softmax(_builder, x, dim, keep_dims, ieee_rounding)
 
 
 @builtin
 def reduce(input, axis, combine_fn, keep_dims=False, _builder=None):
     """Combine the elements along `axis` (None: all) with `combine_fn`, a @kd.jit function of
-    two scalars returning one scalar of the same type. It must be associative and commutative:
-    the order and association of the combinations are unspecified. The frontend passes
-    `combine_fn` as a Python callable that inlines the function (see `__kdsl_fn_params__`)."""
+    two scalars returning one scalar of the same type; `input` may be a tuple of n tiles of one
+    shape, combined by a function of 2n scalars returning n (the result is then a tuple). It
+    must be associative and commutative: the order and association of the combinations are
+    unspecified. The frontend passes `combine_fn` as a Python callable that inlines the
+    function (see `__kdsl_fn_params__`)."""
     return semantic.reduce_custom(_builder, input, axis, combine_fn, keep_dims)
 
 
 # Parameters of a builtin that take a kdsl function: the frontend replaces the function by a
 # callable that inlines it at the builder's insertion point.
 reduce.__kdsl_fn_params__ = ("combine_fn",)
+
+
+# ---------------------------------------------------------------------------------- scans
+
+
+@builtin
+def associative_scan(input, axis, combine_fn, reverse=False, _builder=None):
+    """Inclusive scan along `axis` with `combine_fn` (a @kd.jit function as for `reduce`, which
+    must be associative; its arguments are (earlier, later)); `input` a tile or a tuple of
+    tiles. `reverse` scans from the end."""
+    return scan_reduce.associative_scan(_builder, input, axis, combine_fn, reverse)
+
+
+associative_scan.__kdsl_fn_params__ = ("combine_fn",)
+
+
+@builtin
+def cumsum(input, axis=0, reverse=False, dtype=None, _builder=None):
+    """Inclusive cumulative sum along `axis`; narrow ints widen to 32 bits (unsigned and int1 to
+    uint32), bfloat16 to float32; `dtype` casts the input first."""
+    return scan_reduce.cumsum(_builder, input, axis, reverse, dtype)
+
+
+@builtin
+def cumprod(input, axis=0, reverse=False, _builder=None):
+    """Inclusive cumulative product along `axis` (bfloat16 computes in float32)."""
+    return scan_reduce.cumprod(_builder, input, axis, reverse)
 
 
 # -------------------------------------------------------------------------------- matrix
@@ -342,6 +408,8 @@ def static_assert(cond, msg="", _builder=None):
 # Tile methods: `x.to(...)`, `x.sum(axis)`, ... call the builtin with `x` first.
 TILE_METHODS: dict[str, Callable] = {
     "to": cast, "sum": sum, "reduce": reduce, "max": max, "min": min, "argmax": argmax, "argmin": argmin,
+    "xor_sum": xor_sum, "reduce_or": reduce_or, "softmax": softmax, "cumsum": cumsum,
+    "cumprod": cumprod, "associative_scan": associative_scan,
     "reshape": reshape, "view": view, "broadcast_to": broadcast_to, "trans": trans,
     "permute": permute, "expand_dims": expand_dims, "exp": exp, "exp2": exp2, "log": log,
     "log2": log2, "sqrt": sqrt, "rsqrt": rsqrt, "abs": abs, "sin": sin, "cos": cos,

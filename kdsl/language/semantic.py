@@ -572,15 +572,19 @@ def reduce_dtype(op: str, dt: DType) -> DType:
     return dt
 
 
-def reduce(b, op: str, x: Operand, axis: Any = None, keep_dims: bool = False) -> Value:
+def reduce(b, op: str, x: Operand, axis: Any = None, keep_dims: bool = False,
+           dtype: DType | None = None) -> Value:
     """Reduction along `axis` (negative counts from the end); axis=None reduces every axis
-    to a scalar (the tile is flattened first). keep_dims leaves a dim of size 1."""
+    to a scalar (the tile is flattened first). keep_dims leaves a dim of size 1. `dtype`
+    (sum's `dtype=`) replaces the default accumulator and result type."""
     x = to_value(b, x)
     if x.type.is_ptr:
         raise error(f"{op} is not defined on pointers")
+    if dtype is not None:
+        dtype = _dtype_arg(dtype)
     if x.type.is_scalar:
-        return cast(b, x, reduce_dtype(op, x.type.elem)) if op not in ("argmax", "argmin") \
-            else to_value(b, 0)
+        return cast(b, x, dtype or reduce_dtype(op, x.type.elem)) \
+            if op not in ("argmax", "argmin") else to_value(b, 0)
     in_shape = x.shape
     if axis is None:
         if x.type.rank > 1:
@@ -591,7 +595,7 @@ def reduce(b, op: str, x: Operand, axis: Any = None, keep_dims: bool = False) ->
         if not -x.type.rank <= ax < x.type.rank:
             raise error(f"{op} axis {ax} is out of range for shape {list(x.shape)}")
         ax %= x.type.rank
-    dt = reduce_dtype(op, x.type.elem)
+    dt = dtype or reduce_dtype(op, x.type.elem)
     if op not in ("argmax", "argmin"):
         x = cast(b, x, dt)
     out_shape = x.shape[:ax] + x.shape[ax + 1:]
@@ -608,58 +612,89 @@ _COMBINE_KINDS = BINARY_OPS | COMPARE_OPS | UNARY_OPS | {"const", "fma", "where"
                                                           "bitcast", "hint"}
 
 
-def reduce_custom(b, x: Operand, axis: Any, combine: Callable[..., Any],
-                  keep_dims: bool = False) -> Value:
-    """`kd.reduce(x, axis, combine_fn)`: combine the elements along `axis` (None: all, after
-    flattening) with a user function of two scalars. `combine(a, b)` builds the function's
-    body at the builder's insertion point (the frontend inlines the @kd.jit function); it is
-    called once, on the two scalar block arguments of the op's region, and must return one
-    scalar of x's element type. The result keeps x's element type (no promotion)."""
-    x = to_value(b, x)
-    if x.type.is_ptr:
-        raise error("reduce is not defined on pointers")
-    if x.type.is_scalar:
-        return x  # one element: the combination of itself
-    in_shape = x.shape
-    if axis is None:
-        if x.type.rank > 1:
-            x = b.op("reshape", [x], TileType((x.type.numel,), x.type.elem))
-        ax = 0
-    else:
-        ax = _constexpr_int(axis, "reduce axis")
-        if not -x.type.rank <= ax < x.type.rank:
-            raise error(f"reduce axis {ax} is out of range for shape {list(x.shape)}")
-        ax %= x.type.rank
-    st = TileType((), x.type.elem)
+def combine_region(b, elems: Sequence[DType], combine: Callable[..., Any], what: str) -> Block:
+    """The region of a `reduce`/`scan` with a user combine function over n inputs of types
+    `elems`: block arguments (a_1..a_n, b_1..b_n), scalars of those types; `combine(*args)`
+    builds the function's body at the builder's insertion point (the frontend inlines the
+    @kd.jit function) and must return n scalars of the inputs' types (a tuple when n > 1),
+    which the region yields. Only scalar arithmetic may appear in it."""
+    sts = [TileType((), e) for e in elems]
+    n = len(sts)
     region = Block()
-    args = [region.add_arg(st, "a"), region.add_arg(st, "b")]
+    if n == 1:
+        args = [region.add_arg(sts[0], "a"), region.add_arg(sts[0], "b")]
+    else:
+        args = [region.add_arg(t, f"a{i}") for i, t in enumerate(sts)]
+        args += [region.add_arg(t, f"b{i}") for i, t in enumerate(sts)]
     with b.at_block(region):
         r = combine(*args)
-        if isinstance(r, (tuple, list)) and len(r) == 1:
-            r = r[0]
-        if isinstance(r, (tuple, list)):
-            raise error(f"reduce: combine_fn returns {len(r)} values for 1 input (it must "
-                        "return one scalar)")
-        if is_scalar_const(r):
-            r = to_value(b, r, weak_dtype(r, st.elem))
-        if not is_value(r) or r.type != st:
-            got = r.type if is_value(r) else type(r).__name__
-            raise error(f"reduce: combine_fn must return one {st.elem} scalar (the type of its "
-                        f"arguments), got {got}")
-        b.create("yield", [r])
+        rs = list(r) if isinstance(r, (tuple, list)) else [r]
+        if len(rs) != n:
+            want = "one scalar" if n == 1 else f"a tuple of {n} scalars"
+            raise error(f"{what}: combine_fn returns {len(rs)} values for {n} input"
+                        f"{'s' if n > 1 else ''} (it must return {want})")
+        for i, (v, st) in enumerate(zip(rs, sts)):
+            if is_scalar_const(v):
+                v = rs[i] = to_value(b, v, weak_dtype(v, st.elem))
+            if not is_value(v) or v.type != st:
+                got = v.type if is_value(v) else type(v).__name__
+                which = "" if n == 1 else f" as result {i}"
+                raise error(f"{what}: combine_fn must return one {st.elem} scalar{which} (the "
+                            f"type of its arguments), got {got}")
+        b.create("yield", rs)
     for op in region.ops[:-1]:
         k = op.kind
         if k not in _COMBINE_KINDS or op.regions:
-            raise error(f"reduce: combine_fn may only compute on its scalar arguments "
+            raise error(f"{what}: combine_fn may only compute on its scalar arguments "
                         f"(found '{k}')")
-    out_shape = x.shape[:ax] + x.shape[ax + 1:]
-    r = b.create("reduce", [x], [TileType(out_shape, st.elem)], {"op": "custom", "axis": ax},
-                 [region]).results[0]
+    return region
+
+
+def combine_inputs(b, x: Any, what: str) -> tuple[list[Value], bool]:
+    """The inputs of a reduce/scan with a combine function: one tile or a tuple of tiles of one
+    shape (Triton's `reduce((v, i), ...)`); returns (values, whether a tuple was given)."""
+    is_tuple = isinstance(x, (tuple, list))
+    xs = [to_value(b, v) for v in (x if is_tuple else [x])]
+    if not xs:
+        raise error(f"{what} of an empty tuple")
+    for v in xs:
+        if v.type.is_ptr:
+            raise error(f"{what} is not defined on pointers")
+    if any(v.shape != xs[0].shape for v in xs):
+        raise error(f"{what}: all inputs must have the same shape, got "
+                    + ", ".join(str(list(v.shape)) for v in xs))
+    return xs, is_tuple
+
+
+def reduce_custom(b, x: Operand, axis: Any, combine: Callable[..., Any],
+                  keep_dims: bool = False) -> Value | tuple[Value, ...]:
+    """`kd.reduce(x, axis, combine_fn)`: combine the elements along `axis` (None: all, after
+    flattening) with a user function (see `combine_region`). `x` may be a tuple of n tiles of
+    one shape, reduced together by a function of 2n scalars returning n: the result is then a
+    tuple. The results keep their inputs' element types (no promotion)."""
+    xs, is_tuple = combine_inputs(b, x, "reduce")
+    if xs[0].type.is_scalar:
+        return tuple(xs) if is_tuple else xs[0]  # one element: the combination of itself
+    in_shape = xs[0].shape
+    if axis is None:
+        if len(in_shape) > 1:
+            xs = [b.op("reshape", [v], TileType((v.type.numel,), v.type.elem)) for v in xs]
+        ax = 0
+    else:
+        ax = _constexpr_int(axis, "reduce axis")
+        if not -len(in_shape) <= ax < len(in_shape):
+            raise error(f"reduce axis {ax} is out of range for shape {list(in_shape)}")
+        ax %= len(in_shape)
+    region = combine_region(b, [v.type.elem for v in xs], combine, "reduce")
+    shp = xs[0].shape
+    out_shape = shp[:ax] + shp[ax + 1:]
+    rs = b.create("reduce", xs, [TileType(out_shape, v.type.elem) for v in xs],
+                  {"op": "custom", "axis": ax}, [region]).results
     if keep_dims:
         kept = tuple(1 for _ in in_shape) if axis is None else \
             in_shape[:ax] + (1,) + in_shape[ax + 1:]
-        r = b.op("reshape", [r], TileType(kept, st.elem))
-    return r
+        rs = [b.op("reshape", [r], TileType(kept, r.type.elem)) for r in rs]
+    return tuple(rs) if is_tuple else rs[0]
 
 
 # -------------------------------------------------------------------------------- matrix

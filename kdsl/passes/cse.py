@@ -54,9 +54,9 @@ def cse(fn: tile.Function) -> tile.Function:
         for op in block.ops:
             op.operands = [resolve(mapping, o) for o in op.operands]
             for region in op.regions:
-                # a reduce's combine region is isolated (uses only its arguments): no merging
-                # of its ops with values outside it
-                visit(region, {} if op.kind == "reduce" else scope)
+                # a combine region (reduce, scan) is isolated (uses only its arguments): no
+                # merging of its ops with values outside it
+                visit(region, {} if op.kind in tile.ISOLATED_REGIONS else scope)
             if op.kind in NOT_CSE or op.regions or not op.results:
                 kept.append(op)
                 continue
@@ -77,7 +77,7 @@ def cse(fn: tile.Function) -> tile.Function:
 def _removable(op: tile.Op) -> bool:
     if op.kind in KEEP:
         return False
-    if not op.regions or op.kind == "reduce":  # a custom reduce's region is pure
+    if not op.regions or op.kind in tile.ISOLATED_REGIONS:  # a combine region is pure
         return True
     # Control flow: only when trivially empty (each region just its terminator).
     return op.kind != "while" and all(len(r.ops) <= 1 for r in op.regions)

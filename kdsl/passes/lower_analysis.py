@@ -47,8 +47,8 @@ def stored_params(fn: tile.Function) -> set[int]:
 
 def addressed_operands(op: tile.Op) -> list[tile.Value]:
     """Operands that an op reads at arbitrary flat indices (through `Lowerer.view`)."""
-    if op.kind == "reduce":
-        return op.operands[:1]
+    if op.kind in tile.ISOLATED_REGIONS:  # reduce, scan: every operand, along the axis
+        return list(op.operands)
     if op.kind == "dot":
         return op.operands[:2]
     return []

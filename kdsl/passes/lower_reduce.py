@@ -17,7 +17,9 @@ Loop IR `maximum`/`minimum`; argmax/argmin carry (value, index) and prefer the g
 value, then a NaN, then the lower index — NumPy's first-occurrence rule, valid for any order in
 which partials are combined.  `custom` lowers its combine region's scalar ops in place of the
 built-in step (`combine_custom`) and, having no identity, starts each accumulator (each
-partial, then each output) from its first element.
+partial, then each output) from its first element.  A custom reduce of n operands (Triton's
+`reduce((v, i), ...)`) carries n accumulators and n partial arrays through the same steps, each
+operand read through its own view.
 """
 
 from __future__ import annotations
@@ -69,10 +71,14 @@ def identity(kind: str, t: DType) -> Const:
 
 @dataclass
 class Acc:
-    """Accumulator variables: value, and the index for argmax/argmin."""
+    """Accumulator variables: the values (one per operand), and the index for argmax/argmin."""
 
-    val: Var
+    vals: list[Var]
     idx: Var | None = None
+
+    @property
+    def val(self) -> Var:
+        return self.vals[0]
 
 
 def _better(kind: str, x: Expr, xi: Expr, acc: Acc) -> Expr:
@@ -89,18 +95,18 @@ def _better(kind: str, x: Expr, xi: Expr, acc: Acc) -> Expr:
     return take
 
 
-def combine_custom(L, region: tile.Block, acc: Var, x: Expr, out: list[Stmt]) -> None:
-    """Append `acc = combine(acc, x)` to `out`: the custom reduce's region lowered as scalar
-    Loop IR (its ops are element-wise, so the element-wise table builds each one), one
-    variable per op result so that a value read twice is computed once."""
-    env: dict[int, Expr] = {region.args[0].id: acc, region.args[1].id: x}
+def combine_custom(L, region: tile.Block, accs: list[Var], xs: list[Expr],
+                   out: list[Stmt]) -> None:
+    """Append `accs = combine(*accs, *xs)` to `out`: a combine region lowered as scalar Loop IR
+    (its ops are element-wise, so the element-wise table builds each one), one variable per
+    op result so that a value read twice is computed once.  `xs` are Vars or Consts."""
+    env: dict[int, Expr] = {a.id: v for a, v in zip(region.args, [*accs, *xs])}
     for op in region.ops:
-        xs = [env[o.id] for o in op.operands]
+        vals = [env[o.id] for o in op.operands]
         if op.kind == "yield":
-            if xs[0] is not acc:
-                out.append(Assign(acc, xs[0]))
+            _assign_all(L, accs, vals, out)
             return
-        e = ELEMENTWISE[op.kind](op, xs, ix.c32(0))
+        e = ELEMENTWISE[op.kind](op, vals, ix.c32(0))
         if not isinstance(e, (Const, Var)):
             v = L.var("c", register_type(op.result.type))
             out.append(Assign(v, e))
@@ -108,10 +114,25 @@ def combine_custom(L, region: tile.Block, acc: Var, x: Expr, out: list[Stmt]) ->
         env[op.result.id] = e
 
 
-def combine(L, kind: str, acc: Acc, x: Expr, xi: Expr | None, out: list[Stmt]) -> None:
-    """Append `acc = acc (op) x` statements to `out`."""
+def _assign_all(L, accs: list[Var], vals: list[Expr], out: list[Stmt]) -> None:
+    """`accs = vals` at once: a value that is another accumulator (a combine returning its
+    arguments swapped) is copied to a temporary before any accumulator is written."""
+    pending = [(a, v) for a, v in zip(accs, vals) if v is not a]
+    if len(pending) > 1:
+        ids = {id(a) for a in accs}
+        for i, (a, v) in enumerate(pending):
+            if id(v) in ids:
+                t = L.var("c", a.dtype)
+                out.append(Assign(t, v))
+                pending[i] = (a, t)
+    out.extend(Assign(a, v) for a, v in pending)
+
+
+def combine(L, kind: str, acc: Acc, xs: list[Expr], xi: Expr | None, out: list[Stmt]) -> None:
+    """Append `acc = acc (op) x` statements to `out` (x: one value per operand)."""
+    x = xs[0]
     if kind == "custom":
-        combine_custom(L, L.op.regions[0], acc.val, x, out)
+        combine_custom(L, L.op.regions[0], acc.vals, xs, out)
     elif kind == "sum":
         out.append(Assign(acc.val, Binary("add", acc.val, x)))
     elif kind in ("max", "min"):
@@ -123,34 +144,40 @@ def combine(L, kind: str, acc: Acc, x: Expr, xi: Expr | None, out: list[Stmt]) -
         out.append(Assign(acc.idx, Select(take, xi, acc.idx)))
 
 
-def reduce_loop(L, kind: str, t: DType, src: Array, src_idx: Array | None,
-                index: Callable[[Expr], Expr], lo: Expr, hi: int, step: int,
+def reduce_loop(L, kind: str, ts: list[DType], srcs: list[Array], src_idx: Array | None,
+                index: Callable[[Expr], list[Expr]], lo: Expr, hi: int, step: int,
                 out: list[Stmt]) -> Acc:
-    """Append `acc = reduce(src[index(r)] for r in range(lo, hi, step))` to `out`.
-    Indices come from `src_idx` when given (partials), else they are r itself."""
-    acc = Acc(L.var("acc", t), L.var("acc_i", int32) if kind.startswith("arg") else None)
+    """Append `acc = reduce(src[index(r)] for r in range(lo, hi, step))` to `out`, for each
+    operand's (type, source) in `ts`, `srcs` (one for the built-in kinds); `index(r)` gives
+    one flat index per source.  Indices come from `src_idx` when given (partials), else they
+    are r itself."""
+    acc = Acc([L.var("acc", t) for t in ts],
+              L.var("acc_i", int32) if kind.startswith("arg") else None)
+    t, src = ts[0], srcs[0]
     if _use_partials(L, kind, t, lo, hi, step):
-        _partial_sum(L, t, src, index, hi, acc.val, out)
+        _partial_sum(L, t, src, lambda r: index(r)[0], hi, acc.val, out)
         return acc
     if kind == "custom":
         # No identity: the accumulator starts from the first element (every range reduced
         # here is non-empty: lo < hi, as P <= R in the two-phase scheme).
-        out.append(Assign(acc.val, Index(src, index(lo))))
+        for a, s, f in zip(acc.vals, srcs, index(lo)):
+            out.append(Assign(a, Index(s, f)))
         lo = ix.add(lo, ix.c32(step))
     else:
         out.append(Assign(acc.val, identity(kind, t)))
     if acc.idx is not None:
         out.append(Assign(acc.idx, Const(INT32_MAX, int32)))
     r = L.var("r", int32)
-    flat = index(r)
-    x: Expr = Index(src, flat)
-    xi = (Index(src_idx, flat) if src_idx is not None else r) if acc.idx is not None else None
+    flats = index(r)
+    xs: list[Expr] = [Index(s, f) for s, f in zip(srcs, flats)]
+    xi = (Index(src_idx, flats[0]) if src_idx is not None else r) if acc.idx is not None \
+        else None
     body: list[Stmt] = []
     if acc.idx is not None or kind == "custom":  # read several times by the combination
-        xv = L.var("x", t)
-        body.append(Assign(xv, x))
-        x = xv
-    combine(L, kind, acc, x, xi, body)
+        xvs = [L.var("x", t) for t in ts]
+        body.extend(Assign(v, x) for v, x in zip(xvs, xs))
+        xs = list(xvs)
+    combine(L, kind, acc, xs, xi, body)
     out.append(For(r, lo, ix.c32(hi), ix.c32(step), body))
     return acc
 
@@ -190,67 +217,68 @@ def _partial_sum(L, t: DType, src: Array, index: Callable[[Expr], Expr], hi: int
 
 
 def lower_reduce(L, op: tile.Op) -> None:
-    x, kind, axis = op.operands[0], op.attrs["op"], op.attrs["axis"]
-    res = op.result
+    xs, kind, axis = op.operands, op.attrs["op"], op.attrs["axis"]
+    x, res = xs[0], op.results[0]
     R = x.shape[axis]
     O = x.type.numel // R
-    xt = register_type(x.type)
     # Sums accumulate in the result's register type; extremes stay in the input's.
-    acc_t = register_type(res.type) if kind == "sum" else xt
+    acc_ts = [register_type(res.type)] if kind == "sum" else [register_type(v.type) for v in xs]
     if res.type.is_scalar:
-        fused = _fused_partial_sum(L, op, kind, acc_t, R)
+        fused = _fused_partial_sum(L, op, kind, acc_ts[0], R)
         if fused is not None:
-            _bind_scalar(L, res, kind, fused)
+            _bind_scalar(L, op.results, kind, fused)
             return
     L.close()
-    (arr,) = L.addressable(L.view(x)[0])  # a reduction of trans(y) reads y's storage
+    arrs = L.addressable(*[L.view(v)[0] for v in xs])  # reduce(trans(y)) reads y's storage
 
-    def x_index(o: Expr) -> Callable[[Expr], Expr]:
-        """Flat index in `arr` of element r (along `axis`) of output o's row."""
+    def x_index(o: Expr) -> Callable[[Expr], list[Expr]]:
+        """Flat index in each of `arrs` of element r (along `axis`) of output o's row."""
         out_coords = ix.unflatten(o, res.shape)
-        return lambda r: L.at(x, out_coords[:axis] + [r] + out_coords[axis:])[1]
+        return lambda r: [L.at(v, out_coords[:axis] + [r] + out_coords[axis:])[1] for v in xs]
 
     P = 1
     if L.T > 1 and O < L.T:
         while P * 2 * O <= L.T and P * 2 <= R:
             P *= 2
     if P > 1:
-        part, part_i = _phase1(L, kind, acc_t, arr, x_index, O, P, R)
-        src, src_idx, count = part, part_i, P
+        parts, part_i = _phase1(L, kind, acc_ts, arrs, x_index, O, P, R)
+        srcs, src_idx, count = parts, part_i, P
 
-        def row(o: Expr) -> Callable[[Expr], Expr]:
-            return lambda j: ix.add(ix.mul(o, P), j)
+        def row(o: Expr) -> Callable[[Expr], list[Expr]]:
+            return lambda j: [ix.add(ix.mul(o, P), j)] * len(parts)
     else:
-        src, src_idx, count, row = arr, None, R, x_index
-
-    def finish(acc: Acc) -> Expr:
-        if kind.startswith("arg"):
-            return acc.idx
-        return rounded(acc.val, res.type.elem) if kind == "sum" else acc.val
+        srcs, src_idx, count, row = arrs, None, R, x_index
 
     if res.type.is_scalar:
-        acc = reduce_loop(L, kind, acc_t, src, src_idx, row(ix.c32(0)), ix.c32(0), count, 1,
+        acc = reduce_loop(L, kind, acc_ts, srcs, src_idx, row(ix.c32(0)), ix.c32(0), count, 1,
                           L.out)
-        _bind_scalar(L, res, kind, acc)
+        _bind_scalar(L, op.results, kind, acc)
         return
     g = L.open_group(O)
     g.ops.add(id(op))
-    L.note_addressed([src])
-    acc = reduce_loop(L, kind, acc_t, src, src_idx, row(g.e), ix.c32(0), count, 1, g.body)
-    L.bind(res, finish(acc), g)
+    L.note_addressed(srcs)
+    acc = reduce_loop(L, kind, acc_ts, srcs, src_idx, row(g.e), ix.c32(0), count, 1, g.body)
+    for r, value in zip(op.results, _finish(kind, acc, op.results)):
+        L.bind(r, value, g)
 
 
-def _bind_scalar(L, res: tile.Value, kind: str, acc: Acc) -> None:
-    """Make the finished accumulator the value of the scalar result `res`."""
+def _finish(kind: str, acc: Acc, results: list[tile.Value]) -> list[Expr]:
+    """The value of each result from the finished accumulator."""
     if kind.startswith("arg"):
-        value: Expr = acc.idx
-    else:
-        value = rounded(acc.val, res.type.elem) if kind == "sum" else acc.val
-    if value is not acc.val and value is not acc.idx:
-        v = L.var(res.name or "red", register_type(res.type))
-        L.emit(Assign(v, value))
-        value = v
-    L.scalars[res.id] = value
+        return [acc.idx]
+    if kind == "sum":
+        return [rounded(acc.val, results[0].type.elem)]
+    return list(acc.vals)
+
+
+def _bind_scalar(L, results: list[tile.Value], kind: str, acc: Acc) -> None:
+    """Make the finished accumulator the value of the scalar results."""
+    for res, value in zip(results, _finish(kind, acc, results)):
+        if not any(value is v for v in (*acc.vals, acc.idx)):
+            v = L.var(res.name or "red", register_type(res.type))
+            L.emit(Assign(v, value))
+            value = v
+        L.scalars[res.id] = value
 
 
 def _fused_partial_sum(L, op: tile.Op, kind: str, t: DType, R: int) -> Acc | None:
@@ -280,28 +308,28 @@ def _fused_partial_sum(L, op: tile.Op, kind: str, t: DType, R: int) -> Acc | Non
     g.body.append(ArrayStore(part, j, Binary("add", Index(part, j), L.read(x))))
     g.ops.add(id(op))  # x (if nothing else reads it) needs no array
     L.close()
-    acc = Acc(L.var("acc", t))
+    acc = Acc([L.var("acc", t)])
     L.out.append(Assign(acc.val, zero))
     L.out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1),
                      [Assign(acc.val, Binary("add", acc.val, Index(part, j)))]))
     return acc
 
 
-def _phase1(L, kind, t, arr, x_index, O, P, R) -> tuple[Array, Array | None]:
-    """Partials of O*P virtual elements (one per thread) into shared arrays."""
+def _phase1(L, kind, ts, arrs, x_index, O, P, R) -> tuple[list[Array], Array | None]:
+    """Partials of O*P virtual elements (one per thread) into shared arrays (one per operand)."""
     n = O * P
-    part = L.shared("part", t, n)
+    parts = [L.shared("part", t, n) for t in ts]
     part_i = L.shared("part_i", int32, n) if kind.startswith("arg") else None
     L.barrier()  # previous readers of shared memory (earlier loop iterations) are done
     v = L.tid
     o, p = ix.div(v, P), ix.mod(v, P)
     stmts: list[Stmt] = []
-    acc = reduce_loop(L, kind, t, arr, None, x_index(o), p, R, P, stmts)
-    stmts.append(ArrayStore(part, v, acc.val))
+    acc = reduce_loop(L, kind, ts, arrs, None, x_index(o), p, R, P, stmts)
+    stmts.extend(ArrayStore(part, v, a) for part, a in zip(parts, acc.vals))
     if part_i is not None:
         stmts.append(ArrayStore(part_i, v, acc.idx))
     if n < L.T:
         stmts = [If(Binary("lt", v, ix.c32(n)), stmts)]
     L.out.extend(stmts)
     L.barrier()
-    return part, part_i
+    return parts, part_i

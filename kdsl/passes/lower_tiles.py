@@ -31,8 +31,8 @@ group opens, the sources of all its gathers are staged together (`_prestage`).  
 are reused by *epochs*: each staging starts one, after a barrier that all readers of earlier
 epochs' arrays precede.  Reductions and dots read their operands through `view`, so that
 `dot(q, trans(k))` reads k's copy with permuted coordinates instead of a materialised
-transpose.  Reductions live in lower_reduce.py, `dot` in lower_dot.py, the element-wise op table
-in lower_elementwise.py.
+transpose.  Reductions live in lower_reduce.py, scans in lower_scan.py, `dot` in lower_dot.py,
+the element-wise op table in lower_elementwise.py.
 
 A yielded tile computed in the loop body's last group is written straight into the carried
 array when no reader can observe it (`yield_to`), so `acc = acc + ...` costs no copy.
@@ -81,6 +81,7 @@ from .lower_control import lower_for, lower_if, lower_while
 from .lower_dot import dot_strategy
 from .lower_elementwise import ELEMENTWISE, register_type
 from .lower_reduce import lower_reduce
+from .lower_scan import lower_scan
 from .lower_vector import VecGroup, Vectorizer, element_index
 
 # Ops computed element by element inside a group.
@@ -826,7 +827,7 @@ def _lower_dot(L: Lowerer, op: tile.Op) -> None:
 # Non-fusable ops -> their lowering.
 _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
-    "reduce": lower_reduce, "dot": _lower_dot,
+    "reduce": lower_reduce, "scan": lower_scan, "dot": _lower_dot,
 }
 
 

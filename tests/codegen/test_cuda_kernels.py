@@ -23,6 +23,7 @@ def _load(name: str):
 
 ops = _load("test_ops")
 tut = _load("test_tutorials")
+scan = _load("test_scan")
 
 f32 = np.zeros(4, np.float32)
 f16 = np.zeros(4, np.float16)
@@ -53,6 +54,19 @@ CASES = {
     "f16_math": (ops.f16_math_kernel, (f16, f16), dict(BLOCK=128)),
     "histogram": (ops.histogram_kernel, (i32, i32, 4), dict(BLOCK=256)),
 }
+CASES.update({  # scans and tuple reductions (tests/backend/test_scan.py)
+    "cumsum_i32": (scan.scan2d, (i32, i32, 4, 4),
+                   dict(AXIS=1, REV=False, PROD=False, BM=16, BN=16)),
+    "cumprod_f32_rev": (scan.scan2d, (f32, f32, 4, 4),
+                        dict(AXIS=0, REV=True, PROD=True, BM=16, BN=16)),
+    "cumsum_f16_1d": (scan.scan1d, (f16, f16, 4), dict(REV=True, BLOCK=1024)),
+    "scan_tuple": (scan.assoc_kernel, (f32, f32, i32, 4, 4),
+                   dict(AXIS=1, REV=False, BM=8, BN=16)),
+    "welford": (scan.welford_rows, (f32, f32, f32, 4, 4), dict(BM=8, BN=64)),
+    "max_indices": (scan.max_kernel, (f32, f32, i32, 4, 4),
+                    dict(AXIS=None, MIN=False, BM=8, BN=16)),
+    "softmax_builtin": (scan.softmax_kernel, (f16, f16, 4, 4), dict(BM=8, BN=16)),
+})
 CASES.update({f"unary_{n}": (k, (f32, f32, 4), dict(BLOCK=512))
               for n, k in ops.UNARY_KERNELS.items()})
 CASES.update({f"reduce_{op}_{ax}": (k, (f32, f32, 4, 4), dict(BM=16, BN=32))

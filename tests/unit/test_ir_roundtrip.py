@@ -31,7 +31,7 @@ BACKEND_TESTS = os.path.join(HERE, os.pardir, "backend")
 OTHER_KINDS = {
     "const", "program_id", "num_programs", "iota", "splat", "broadcast", "reshape", "trans",
     "fma", "where", "cast", "bitcast", "addptr", "ptr_offset", "load", "store", "atomic_add",
-    "reduce", "dot", "hint", "for", "while", "if", "yield", "condition",
+    "reduce", "scan", "dot", "hint", "for", "while", "if", "yield", "condition",
 }
 ALL_KINDS = tile.BINARY_OPS | tile.COMPARE_OPS | tile.UNARY_OPS | OTHER_KINDS
 
@@ -262,6 +262,23 @@ def every_op_kernel() -> tuple[tile.Function, int, int]:
     for r in sorted(tile.REDUCE_OPS):
         rt = T.int32 if r.startswith("arg") else T.float32
         out(kb.op("reduce", xv, type=TileType((), rt), attrs={"op": r, "axis": 0}))
+    for sk in sorted(tile.SCAN_OPS):
+        out(kb.op("scan", xv, attrs={"op": sk, "axis": 0, "reverse": sk == "prod"}))
+    # combine regions over two operands: a (value, index) scan and reduce
+    S32, SI = TileType((), T.float32), TileType((), T.int32)
+    for kind, types in (("scan", [F32, I32]), ("reduce", [S32, SI])):
+        attrs = {"op": "custom", "axis": 0} | ({"reverse": True} if kind == "scan" else {})
+        combo = tile.Op(kind, [xv, iv], types, attrs, [tile.Block()], tile.Loc("kern.py", 93))
+        kb.blocks[-1].append(combo)
+        reg = combo.regions[0]
+        a0, a1, b0, b1 = (reg.add_arg(t, nm) for t, nm in
+                          ((S32, "v"), (SI, "i"), (S32, "v"), (SI, "i")))
+        kb.blocks.append(reg)
+        take = kb.op("gt", a0, b0)
+        kb.op("yield", kb.op("where", take, a0, b0), kb.op("where", take, a1, b1))
+        kb.blocks.pop()
+        for r in combo.results:
+            out(r)
     out(kb.op("hint", offs, attrs={"multiple_of": 8}))
     out(kb.op("hint", offs, attrs={"max_contiguous": (8,), "multiple_of": (4, 2)}))
     # odd attribute values on an op that ignores them

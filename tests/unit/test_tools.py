@@ -92,4 +92,4 @@ def test_cli_info_versions(capsys):
 
 def test_capability_ops_come_from_the_language():
     ops = __import__('kdsl.capabilities', fromlist=['x']).cap_ops()
-    assert {"exp", "sum", "dot", "maximum", "fma", "add"} <= set(ops)
+    assert {"exp", "sum", "max", "argmin", "cumsum", "dot", "maximum", "fma", "add"} <= set(ops)
