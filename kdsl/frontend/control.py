@@ -24,6 +24,7 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import CompilationError
 from ..ir.tile import Block, Op, Value
 from ..ir.types import DType, TileType, int1
 from ..language import semantic
@@ -298,16 +299,25 @@ class ControlFlow:
                 if tail and not returns_value:
                     continue  # nothing follows: whether it returned does not matter
                 vals = [False if v is _MISSING else v for v in vals]
-            elif name == RET_VAL and _MISSING in vals:
-                i = vals.index(_MISSING)
-                if fill is not None and i == 1:
-                    vals[1] = fill(vals[0])
-                else:  # the path that did not return: the value is never read there
-                    with self.b.at_block(blocks[i]):
-                        vals[i] = placeholder(self.b, vals[1 - i], self.ptr_sources)
             elif _MISSING in vals:
-                self.scoped_out.add(name)
-                continue
+                i = vals.index(_MISSING)
+                if name == RET_VAL and fill is not None and i == 1:
+                    vals[1] = fill(vals[0])
+                elif name == RET_VAL or scopes[i].get(RET_FLAG) is True:
+                    # never read on that path: the one that did not return yet (for the
+                    # return value), or the one that returned (for a variable defined after
+                    # a return on the other path)
+                    try:
+                        with self.b.at_block(blocks[i]):
+                            vals[i] = placeholder(self.b, vals[1 - i], self.ptr_sources)
+                    except CompilationError:
+                        if name == RET_VAL:
+                            raise
+                        self.scoped_out.add(name)
+                        continue
+                else:
+                    self.scoped_out.add(name)
+                    continue
             (tl, ts), (el, es) = flatten(vals[0]), flatten(vals[1])
             if not same_spec(ts, es):
                 if not tl and not el:
