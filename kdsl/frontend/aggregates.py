@@ -95,7 +95,7 @@ def describe_spec(spec: Any) -> str:
     if spec[0] == "tuple":
         return "(" + ", ".join(describe_spec(s) for s in spec[1]) + ")"
     if spec[0] == "agg":
-        return f"a {spec[1].__name__}"
+        return spec[1].kd_describe(spec[2])
     return repr(spec[1])
 
 

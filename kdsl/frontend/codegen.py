@@ -88,6 +88,7 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
             except ValueError:  # an empty cell: name not bound yet
                 pass
         self.runtime_depth = 0  # > 0 inside a runtime loop or branch
+        self.returns: list[ast.Return] = []  # the return statements compiled so far
         self.scoped_out: set[str] = set()  # names defined only inside a loop or a branch
 
     # ------------------------------------------------------------------------ plumbing

@@ -135,6 +135,9 @@ class Carried:
         for n, spec, k in zip(self.names, self.specs, self.counts):
             leaves, sp = flatten(scope[n])
             if not same_spec(spec, sp):
+                if n == RET_VAL:
+                    raise gen.return_error(f"returns {describe_spec(spec)} on one path and "
+                                           f"{describe_spec(sp)} on another")
                 raise semantic.error(
                     f"loop-carried {_show(n)} changes structure in the loop: "
                     f"{describe_spec(spec)} before the loop, {describe_spec(sp)} at the end of "
@@ -242,8 +245,16 @@ class ControlFlow:
         value = self.visit(node.value) if node.value is not None else None
         if value is not None and self.depth == 0:
             raise self.error("a kernel cannot return a value", node)
+        self.returns.append(node)
         self.scope[RET_VAL] = value
         self.scope[RET_FLAG] = True
+
+    def return_error(self, msg: str) -> CompilationError:
+        """Return values that do not merge: reported at the last `return` compiled, which is
+        the one that meets the others."""
+        node = self.returns[-1] if self.returns else self.src.fn_def
+        return self.error(f"{self.src.fn_def.name}() {msg} (every return must give the same "
+                          "types)", node)
 
     def result(self) -> Any:
         """The function's return value once its body is visited (None if it returns none)."""
@@ -294,6 +305,8 @@ class ControlFlow:
         yields: tuple[list[Value], list[Value]] = ([], [])
         returns_value = any(sc.get(RET_VAL) is not None for sc in scopes)
         for name in names:
+            if tail and name not in (RET_FLAG, RET_VAL):
+                continue  # nothing follows in the function: no variable is read again
             vals = [sc.get(name, _MISSING) for sc in scopes]
             if name == RET_FLAG:
                 if tail and not returns_value:
@@ -320,6 +333,9 @@ class ControlFlow:
                     continue
             (tl, ts), (el, es) = flatten(vals[0]), flatten(vals[1])
             if not same_spec(ts, es):
+                if name == RET_VAL:
+                    raise self.return_error(f"returns {describe_spec(ts)} on one path and "
+                                            f"{describe_spec(es)} on another")
                 if not tl and not el:
                     raise semantic.error(f"{_show(name)} gets different compile-time values "
                                          "in the two branches of a runtime if")
@@ -333,6 +349,9 @@ class ControlFlow:
                 av = self.materialize(a, e, blocks[0])
                 ev = self.materialize(e, av, blocks[1])
                 if av.type != ev.type:
+                    if name == RET_VAL:
+                        raise self.return_error(f"returns {av.type} on one path and "
+                                                f"{ev.type} on another")
                     raise semantic.error(f"{_show(name)} has type {av.type} in one branch of "
                                          f"the if and {ev.type} in the other")
                 leaves.append(_Slot(len(yields[0])))
@@ -374,6 +393,8 @@ class ControlFlow:
                                   if isinstance(t.elem, DType) else None)
         if not semantic.is_value(v) or v.type != t:
             got = v.type if semantic.is_value(v) else repr(v)
+            if name == RET_VAL:
+                raise self.return_error(f"returns {t} on one path and {got} on another")
             raise semantic.error(
                 f"loop-carried {_show(name)} changes type in the loop: {t} before "
                 f"the loop, {got} at the end of the body (give it its final type before the "

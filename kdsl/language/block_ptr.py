@@ -112,6 +112,10 @@ class BlockPointer(Aggregate):
             raise error(f"block pointers have no attribute {name!r}")
         return table[name]
 
+    @classmethod
+    def kd_describe(cls, static: Any) -> str:
+        return f"a block pointer of block shape {list(static[0])}, order {static[1]}"
+
     def __repr__(self) -> str:
         return f"block_ptr<{list(self.block_shape)}x{self.elem}>"
 
@@ -149,6 +153,10 @@ class tensor_descriptor(Aggregate):  # Triton's name: kd.tensor_descriptor
         if name not in table:
             raise error(f"tensor descriptors have no attribute {name!r}")
         return table[name]
+
+    @classmethod
+    def kd_describe(cls, static: Any) -> str:
+        return f"a tensor descriptor of block shape {list(static[0])}, padding {static[1]!r}"
 
     def __repr__(self) -> str:
         return f"tensor_descriptor<{list(self.block_shape)}x{self.dtype}>"

@@ -266,6 +266,8 @@ def _dtype_arg(dtype: Any) -> DType:
 
 def to_int1(b, x: Operand) -> Value:
     """Truth value of a scalar or tile as int1 (non-zero is true)."""
+    if is_ptr(x):
+        raise error("the truth value of a pointer is not defined")
     x = to_value(b, x)
     return x if x.type.elem == int1 else cast(b, x, int1)
 
@@ -343,16 +345,12 @@ def logical(b, op: str, x: Operand, y: Operand) -> Value:
     meaning once the left side is a runtime value: both sides are evaluated)."""
     for v in (x, y):
         _check_operand(v)
-        if is_ptr(v):
-            raise error(f"'{op}' is not defined on pointers")
     xv, yv = broadcast_pair(b, to_int1(b, x), to_int1(b, y))
     return b.op(op, [xv, yv], xv.type)
 
 
 def logical_not(b, x: Operand) -> Value:
     """`not x` on a runtime scalar or tile: int1, element by element."""
-    if is_ptr(x):
-        raise error("'not' is not defined on pointers")
     x = to_int1(b, x)
     return b.op("not", [x], x.type)
 

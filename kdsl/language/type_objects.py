@@ -54,6 +54,11 @@ class Aggregate:
     def kd_attr(self, name: str) -> Any:
         raise AttributeError(name)
 
+    @classmethod
+    def kd_describe(cls, static: Any) -> str:
+        """How a value of this static part reads in an error message."""
+        return f"a {cls.__name__}"
+
 
 # ------------------------------------------------------------------------------ type objects
 
