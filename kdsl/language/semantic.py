@@ -215,6 +215,8 @@ def cast(b, x: Operand, dtype: Any, bitcast: bool = False,
     float rounds to nearest even ("rtne", the default) or toward zero ("rtz"); the rounding
     mode is only accepted for such conversions (as in Triton)."""
     dtype = _dtype_arg(dtype)
+    if fp_downcast_rounding is not None and isinstance(x, float):
+        x = to_value(b, x, float32)  # a literal is a float32 to round from, as in Triton
     x = to_value(b, x, None if is_value(x) else weak_dtype(x, dtype))
     src = x.type.elem
     if isinstance(src, PointerType):

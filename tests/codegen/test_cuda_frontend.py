@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from kdsl.backends import cuda
 
 HERE = Path(__file__).resolve().parent.parent / "backend"
@@ -31,18 +30,18 @@ u16 = np.zeros(4, np.uint16)
 
 CASES = {
     "bp_matmul_f32": (fk.bp_matmul_kernel, (f32, f32, f32) + (4,) * 9,
-                      dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)),
+                      {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}),
     "bp_matmul_f16": (fk.bp_matmul_kernel, (f16, f16, f16) + (4,) * 9,
-                      dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)),
+                      {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}),
     "bp_attention": (fk.bp_attention_kernel, (f32, f32, f32, f32, 4, 0.1),
-                     dict(D=64, BLOCK_M=64, BLOCK_N=32)),
-    "descriptor": (fk.descriptor_kernel, (f32, f32, 4, 4, 1), dict(BM=32, BN=32)),
-    "descriptor_sum": (fk.descriptor_sum_kernel, (f32, f32, 4, 4), dict(BM=16, BN=16)),
-    "find_first": (fk.find_first_kernel, (f32, i32, 4, 0.5), dict(BLOCK=128)),
+                     {"D": 64, "BLOCK_M": 64, "BLOCK_N": 32}),
+    "descriptor": (fk.descriptor_kernel, (f32, f32, 4, 4, 1), {"BM": 32, "BN": 32}),
+    "descriptor_sum": (fk.descriptor_sum_kernel, (f32, f32, 4, 4), {"BM": 16, "BN": 16}),
+    "find_first": (fk.find_first_kernel, (f32, i32, 4, 0.5), {"BLOCK": 128}),
     "early_return": (fk.early_return_kernel, (f32, f32, 4, 2), {}),
-    "tuple_loop": (fk.tuple_loop_kernel, (f32, f32, 4, 4), dict(BLOCK=128)),
-    "logical_mask": (fk.logical_mask_kernel, (f32, f32, 4, 0.5, 1.5), dict(BLOCK=256)),
-    "rtz": (fk.rtz_kernel, (f32, f16, u16, f16), dict(BLOCK=256)),
+    "tuple_loop": (fk.tuple_loop_kernel, (f32, f32, 4, 4), {"BLOCK": 128}),
+    "logical_mask": (fk.logical_mask_kernel, (f32, f32, 4, 0.5, 1.5), {"BLOCK": 256}),
+    "rtz": (fk.rtz_kernel, (f32, f16, u16, f16), {"BLOCK": 256}),
 }
 
 needs_compiler = pytest.mark.skipif(not cuda.compiler_available(),

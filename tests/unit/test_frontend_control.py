@@ -76,9 +76,9 @@ def logic(x_ptr, o_ptr, lo, hi):
     offs = kd.arange(0, 8)
     x = kd.load(x_ptr + offs)
     a = x > lo and x < hi
-    b = not (x == 0) or x > hi
+    b = not (x == 0) or x > hi  # noqa: SIM201  (the `not` operator on a tile)
     c = lo < x <= hi
-    d = 0 < offs < 4 < 8  # a chain with a compile-time link
+    d = 0 < offs < 4 < 8  # noqa: PLR0133  (a chain with a compile-time link)
     e = x > lo and True
     kd.store(o_ptr + offs, kd.where(a & b & c & d & e, x, -1.0))
 
@@ -98,7 +98,7 @@ def test_and_or_not_and_chains_on_tiles():
 
 
 def _short_circuit(x_ptr):
-    y = 1 > 2 < kd.load(x_ptr)  # stops at the compile-time False: no load
+    y = 1 > 2 < kd.load(x_ptr)  # noqa: PLR0133  (stops at the compile-time False: no load)
     kd.static_assert(y is False)
 
 
@@ -423,3 +423,37 @@ def test_block_pointer_is_pointer_arithmetic_plus_masks():
         want = x.copy()
         want[2:6] *= 2
         np.testing.assert_array_equal(args[0].reshape(M, N), want)
+
+
+def while_reads_body_values(x_ptr, o_ptr):
+    i = 0
+    v = kd.load(x_ptr)
+    while v > 0:  # the condition reads what the body computed
+        i += 1
+        v = kd.load(x_ptr + i)
+    state = (i, v)
+    while state[1] <= 0 and state[0] < 7:  # a tuple carried by a while
+        j, w = state
+        state = (j + 1, kd.load(x_ptr + j + 1))
+    kd.store(o_ptr, i)
+    kd.store(o_ptr + 1, state[0])
+
+
+def test_while_conditions_read_body_values_and_tuples():
+    f = build(while_reads_body_values, x_ptr=P(float32), o_ptr=P(int32))
+    x = np.array([3, 2, 1, 0, -1, -2, 5, 6], np.float32)
+    for args in run_everywhere(f, (1,), lambda: [x, np.zeros(2, np.int32)]):
+        np.testing.assert_array_equal(args[1], [3, 6])
+
+
+def descriptor_atomics(x_ptr, M, N):
+    d = kd.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [4, 4])
+    d.atomic_add([M - 2, N - 2], kd.full((4, 4), 1.0, kd.float32))
+
+
+def test_descriptor_atomic_add_skips_out_of_bounds():
+    f = build(descriptor_atomics, x_ptr=P(float32), M=S(int32), N=S(int32))
+    for args in run_everywhere(f, (2,), lambda: [np.zeros(20, np.float32), 4, 5]):
+        want = np.zeros((4, 5), np.float32)
+        want[2:, 3:] = 2.0  # two programs, the in-bounds 2x2 corner
+        np.testing.assert_array_equal(args[0].reshape(4, 5), want)

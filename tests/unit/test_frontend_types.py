@@ -253,7 +253,7 @@ def _const_store(x_ptr: kd.const, y_ptr):
     kd.store(x_ptr + 1, v)
 
 
-def _const_ok(x_ptr: "tl.const", y_ptr):
+def _const_ok(x_ptr: "tl.const", y_ptr):  # noqa: F821  (a string annotation, as Triton reads it)
     kd.store(y_ptr, kd.load(x_ptr))
 
 
