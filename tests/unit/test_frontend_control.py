@@ -433,7 +433,7 @@ def while_reads_body_values(x_ptr, o_ptr):
         v = kd.load(x_ptr + i)
     state = (i, v)
     while state[1] <= 0 and state[0] < 7:  # a tuple carried by a while
-        j, w = state
+        j, _w = state
         state = (j + 1, kd.load(x_ptr + j + 1))
     kd.store(o_ptr, i)
     kd.store(o_ptr + 1, state[0])
