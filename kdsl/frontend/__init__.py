@@ -7,7 +7,10 @@ from typing import Any
 
 from ..errors import CompilationError
 from ..ir import tile
+from ..ir.tile import SIDE_EFFECTS
 from ..ir.types import TileType
+from ..language.type_objects import const
+from ..passes.provenance import pointer_roots
 from .builder import Builder
 from .codegen import CodeGenerator, normalize
 from .source import get_source
@@ -48,10 +51,36 @@ def build_function(pyfn: Any, arg_types: dict[str, TileType],
     extra = (set(arg_types) | set(constexprs)) - set(sig.parameters)
     if extra:
         raise CompilationError(f"{name} has no parameter(s) {sorted(extra)}", loc, name)
-    gen = CodeGenerator(src, Builder(body, loc), scope, pyfn, name)
+    ptrs = [p.value for p in params if not p.is_constexpr and p.type.is_ptr]
+    gen = CodeGenerator(src, Builder(body, loc), scope, pyfn, name, ptr_sources=ptrs)
     gen.visit_stmts(src.fn_def.body, tail=True)
-    if gen.ret_value is not None:
-        raise CompilationError("a kernel cannot return a value", loc, name)
     fn = tile.Function(name, params, body, loc=loc, src_file=src.file)
     tile.verify(fn)
+    _check_const_params(fn, sig, name)
     return fn
+
+
+def _is_const_annotation(ann: Any) -> bool:
+    """Triton's rule: an annotation naming `const` (and not `constexpr`) marks a read-only
+    pointer parameter (`x_ptr: kd.const`)."""
+    if ann is inspect.Parameter.empty:
+        return False
+    if ann is const:
+        return True
+    text = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+    return "const" in text and "constexpr" not in text
+
+
+def _check_const_params(fn: tile.Function, sig: inspect.Signature, name: str) -> None:
+    const_idx = {i for i, p in enumerate(fn.runtime_params)
+                 if _is_const_annotation(sig.parameters[p.name].annotation)}
+    if not const_idx:
+        return
+    roots = pointer_roots(fn)
+    for op in fn.walk():
+        if op.kind in SIDE_EFFECTS and op.operands:
+            hit = roots.get(op.operands[0].id, frozenset()) & const_idx
+            if hit:
+                pname = fn.runtime_params[min(hit)].name
+                raise CompilationError(f"cannot store to a constant pointer: parameter "
+                                       f"{pname!r} is annotated kd.const", op.loc, name)

@@ -2,13 +2,10 @@
 
 It knows Python syntax, names and control flow; every type, promotion and shape rule is in
 `kdsl/language/semantic.py`. Values flowing through the visitor are Tile IR `Value`s or
-compile-time Python objects (ints, floats, bools, strings, tuples, dtypes, modules, functions):
-operators on compile-time operands are evaluated by Python itself (`BLOCK // 2` stays an int),
-and constants become `const` ops only when they meet an IR value or cross runtime control flow.
-
-Runtime control flow is built in SSA form: the variables a loop body assigns that existed before
-the loop are carried (block arguments, yielded back, results of the loop op); a runtime `if`
-yields the variables either branch changed, and those first defined in both branches.
+compile-time Python objects (ints, floats, bools, strings, tuples, dtypes, modules, functions,
+block pointers): operators on compile-time operands are evaluated by Python itself (`BLOCK // 2`
+stays an int), and constants become `const` ops only when they meet an IR value or cross
+runtime control flow. Runtime control flow (SSA form, early returns) is in `control.py`.
 """
 
 from __future__ import annotations
@@ -26,9 +23,11 @@ import numpy as np
 
 from ..errors import CompilationError
 from ..ir.tile import Block, Value
-from ..ir.types import DType, TileType
-from ..language import core, semantic
+from ..ir.types import DType, PointerType
+from ..language import core, semantic, type_objects
+from ..language.type_objects import Aggregate
 from .builder import Builder
+from .control import ControlFlow
 from .source import Source, get_source
 
 # Python operator -> (IR kind, Python function for compile-time operands)
@@ -53,14 +52,13 @@ _PY_BUILTINS: dict[str, Any] = {
 }
 # min/max of runtime values mean maximum/minimum, as users expect from Python.
 _PY_MINMAX = {builtins.min: "minimum", builtins.max: "maximum"}
-_MISSING = object()
 _MAX_INLINE_DEPTH = 32
 
 
 class BoundMethod:
-    """`x.to`, `x.sum`, ...: a builtin with the tile as first argument."""
+    """`x.to`, `x.sum`, `desc.load`, ...: a builtin with the tile (or aggregate) first."""
 
-    def __init__(self, fn: Any, self_value: Value):
+    def __init__(self, fn: Any, self_value: Any):
         self.fn, self.self_value = fn, self_value
 
 
@@ -74,30 +72,14 @@ def normalize(obj: Any) -> Any:
     return obj
 
 
-def assigned_names(stmts: list[ast.stmt]) -> list[str]:
-    """Names a list of statements assigns, in order of first appearance."""
-    seen: dict[str, None] = {}
-    for s in stmts:
-        for n in ast.walk(s):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                seen.setdefault(n.id, None)
-    return list(seen)
-
-
-def _is_runtime_data(x: Any) -> bool:
-    return semantic.is_value(x) or semantic.is_scalar_const(x)
-
-
-def _ends_with_bare_return(stmts: list[ast.stmt]) -> bool:
-    return bool(stmts) and isinstance(stmts[-1], ast.Return) and stmts[-1].value is None
-
-
-class CodeGenerator(ast.NodeVisitor):
+class CodeGenerator(ControlFlow, ast.NodeVisitor):
     """Visits one function body (the kernel, or an inlined helper) into the builder's block."""
 
     def __init__(self, src: Source, builder: Builder, scope: dict[str, Any], pyfn: Any,
-                 kernel: str, depth: int = 0):
+                 kernel: str, depth: int = 0, ptr_sources: list[Value] | None = None):
         self.src, self.b, self.scope, self.kernel, self.depth = src, builder, scope, kernel, depth
+        # pointer parameters of the kernel (stand-ins on paths where a pointer is never read)
+        self.ptr_sources: list[Value] = ptr_sources or []
         self.globals = pyfn.__globals__
         self.closure: dict[str, Any] = {}
         for name, cell in zip(pyfn.__code__.co_freevars, pyfn.__closure__ or ()):
@@ -106,8 +88,7 @@ class CodeGenerator(ast.NodeVisitor):
             except ValueError:  # an empty cell: name not bound yet
                 pass
         self.runtime_depth = 0  # > 0 inside a runtime loop or branch
-        self.returned = False
-        self.ret_value: Any = None
+        self.returns: list[ast.Return] = []  # the return statements compiled so far
         self.scoped_out: set[str] = set()  # names defined only inside a loop or a branch
 
     # ------------------------------------------------------------------------ plumbing
@@ -117,10 +98,15 @@ class CodeGenerator(ast.NodeVisitor):
         return CompilationError(msg, loc, self.kernel)
 
     def visit(self, node: ast.AST) -> Any:
+        return self.at(node, lambda: super(CodeGenerator, self).visit(node))
+
+    def at(self, node: ast.AST, fn: Any) -> Any:
+        """Run `fn` with `node`'s location: it stamps the ops built and errors raised without
+        a location of their own."""
         loc = self.src.loc(node) if hasattr(node, "lineno") else self.b.loc
         with self.b.at_loc(loc):
             try:
-                return super().visit(node)
+                return fn()
             except CompilationError as e:
                 if e.loc is None or not e.loc.line:
                     raise CompilationError(e.msg, loc, self.kernel) from None
@@ -163,18 +149,6 @@ class CodeGenerator(ast.NodeVisitor):
 
     # ---------------------------------------------------------------------- statements
 
-    def visit_stmts(self, stmts: list[ast.stmt], tail: bool = False) -> None:
-        """Visit statements in order. `tail`: nothing follows them in the function, which lets
-        `if cond: ...; return` at runtime become an if/else over the remaining statements."""
-        for i, s in enumerate(stmts):
-            if self.returned:
-                return
-            if tail and isinstance(s, ast.If) and (
-                    _ends_with_bare_return(s.body) or _ends_with_bare_return(s.orelse)):
-                self.visit_if(s, rest=stmts[i + 1:])
-                return
-            self.visit(s)
-
     def visit_Expr(self, node: ast.Expr) -> None:
         self.visit(node.value)
 
@@ -209,12 +183,6 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.error("only variables can be assigned (tiles are immutable values)",
                              target)
 
-    def visit_Return(self, node: ast.Return) -> None:
-        if self.runtime_depth:
-            raise self.error("return inside a runtime loop or if is not supported", node)
-        self.ret_value = self.visit(node.value) if node.value is not None else None
-        self.returned = True
-
     def visit_Assert(self, node: ast.Assert) -> None:
         cond = self.visit(node.test)
         if semantic.is_value(cond):
@@ -222,80 +190,6 @@ class CodeGenerator(ast.NodeVisitor):
         if not cond:
             msg = self.visit(node.msg) if node.msg is not None else ""
             raise self.error(f"assertion failed: {msg}" if msg else "assertion failed", node)
-
-    # ------------------------------------------------------------------------------ if
-
-    def visit_If(self, node: ast.If) -> None:
-        self.visit_if(node, rest=None)
-
-    def visit_if(self, node: ast.If, rest: list[ast.stmt] | None) -> None:
-        with self.b.at_loc(self.src.loc(node)):
-            cond = self.visit(node.test)
-            if not semantic.is_value(cond):
-                # Compile-time condition: only the taken branch is compiled.
-                taken = node.body if cond else node.orelse
-                if rest is None:
-                    self.visit_stmts(taken)
-                else:
-                    self.visit_stmts(list(taken) + list(rest), tail=True)
-                return
-            try:
-                self.runtime_if(node, cond, rest)
-            except CompilationError as e:
-                if e.loc is None or not e.loc.line:
-                    raise self.error(e.msg, node) from None
-                raise
-
-    def runtime_if(self, node: ast.If, cond: Value, rest: list[ast.stmt] | None) -> None:
-        c = semantic.condition(self.b, cond, "an if")
-        branches = [list(node.body), list(node.orelse)]
-        tail = rest is not None
-        if tail:  # `if c: A; return` followed by R is `if c: A else: R`
-            for i, br in enumerate(branches):
-                if _ends_with_bare_return(br):
-                    branches[i] = br[:-1]
-                else:
-                    branches[i] = br + list(rest)
-        blocks, scopes = [Block(), Block()], []
-        for br, blk in zip(branches, blocks):
-            with self.scoped(dict(self.scope), blk) as sc:
-                self.visit_stmts(br, tail=tail)
-                self.returned = False
-            scopes.append(sc)
-        names = list(dict.fromkeys([*scopes[0], *scopes[1]]))
-        merged: dict[str, Any] = {}  # name -> its value after the if (unchanged or constant)
-        results: dict[str, int] = {}  # name -> index of the if result that holds it
-        yields: tuple[list[Value], list[Value]] = ([], [])
-        for name in names:
-            tv, ev = scopes[0].get(name, _MISSING), scopes[1].get(name, _MISSING)
-            if tv is _MISSING or ev is _MISSING:
-                self.scoped_out.add(name)
-                continue
-            if tv is ev or (semantic.is_scalar_const(tv) and type(tv) is type(ev) and tv == ev):
-                merged[name] = tv
-                continue
-            if not (_is_runtime_data(tv) and _is_runtime_data(ev)):
-                raise semantic.error(f"variable {name!r} gets different compile-time values "
-                                     "in the two branches of a runtime if")
-            tvv = self.materialize(tv, ev, blocks[0])
-            evv = self.materialize(ev, tvv, blocks[1])
-            if tvv.type != evv.type:
-                raise semantic.error(f"variable {name!r} has type {tvv.type} in one branch of "
-                                     f"the if and {evv.type} in the other")
-            results[name] = len(yields[0])
-            yields[0].append(tvv)
-            yields[1].append(evv)
-        for blk, ys in zip(blocks, yields):
-            with self.b.at_block(blk):
-                self.b.create("yield", ys)
-        op = self.b.create("if", [c], [v.type for v in yields[0]], regions=blocks)
-        for name, v in merged.items():
-            self.scope[name] = v
-        for name, i in results.items():
-            op.results[i].name = name
-            self.scope[name] = op.results[i]
-        if tail:
-            self.returned = True
 
     def materialize(self, x: Any, like: Any, block: Block) -> Value:
         """`x` as a Value in `block`. A Python constant takes the type and shape of `like` when
@@ -316,127 +210,31 @@ class CodeGenerator(ast.NodeVisitor):
 
     # --------------------------------------------------------------------------- loops
 
-    def carried_names(self, body: list[ast.stmt], exclude: set[str]) -> list[str]:
-        """Variables a loop body assigns that exist before the loop and hold runtime data."""
-        out = []
-        for n in assigned_names(body):
-            if n in exclude or n not in self.scope:
-                continue
-            if _is_runtime_data(self.scope[n]):
-                out.append(n)
-        return out
-
-    def loop_out(self, name: str, new: Any, init: Value) -> Value:
-        """End-of-body value of a carried variable, which must keep the type it entered with."""
-        if semantic.is_value(new) or not semantic.is_scalar_const(new):
-            v = new
-        else:
-            v = semantic.to_value(self.b, new, semantic.weak_dtype(new, init.type.elem)
-                                  if isinstance(init.type.elem, DType) else None)
-        if not semantic.is_value(v) or v.type != init.type:
-            got = v.type if semantic.is_value(v) else repr(v)
-            raise semantic.error(
-                f"loop-carried variable {name!r} changes type in the loop: {init.type} before "
-                f"the loop, {got} at the end of the body (give it its final type before the "
-                "loop, e.g. with kd.zeros or .to())")
-        return v
-
-    def check_untouched(self, before: dict, after: dict, carried: list[str]) -> None:
-        for n, v in before.items():
-            if n not in carried and after.get(n, _MISSING) is not v:
-                raise semantic.error(f"variable {n!r} (a {type(v).__name__}) cannot be "
-                                     "reassigned inside a runtime loop")
-
     def visit_For(self, node: ast.For) -> None:
         if node.orelse:
             raise self.error("for ... else is not supported", node)
         it = node.iter
         if isinstance(it, ast.Call):
             fn = self.visit(it.func)
-            args = [self.visit(a) for a in it.args]
+            args = self.expand(it.args)
             kwargs = {k.arg: self.visit(k.value) for k in it.keywords}
             if fn is builtins.range:
                 if kwargs:
                     raise self.error("range() takes no keyword arguments", it)
-                return self.runtime_for(node, args)
+                return self.runtime_for(node, args, {})
+            if fn is core.range:
+                try:
+                    r = core.range(*args, **kwargs)
+                except TypeError as e:
+                    raise self.error(f"kd.range: {e}", it) from None
+                return self.runtime_for(node, [r.start, r.end, r.step], r.attrs)
             iterable = self.call(fn, args, kwargs)
         else:
             iterable = self.visit(it)
         if isinstance(iterable, (core.static_range, tuple, list)):
-            return self.unrolled_for(node, iterable)
-        raise self.error("a for loop needs range(...), kd.static_range(...) or a tuple", node)
-
-    def unrolled_for(self, node: ast.For, iterable: Any) -> None:
-        for v in iterable:
-            self.assign(node.target, v)
-            self.visit_stmts(node.body)
-            if self.returned:
-                return
-
-    def runtime_for(self, node: ast.For, args: list[Any]) -> None:
-        if not 1 <= len(args) <= 3:
-            raise self.error(f"range expects 1 to 3 arguments, got {len(args)}", node.iter)
-        lo, hi, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
-        if not isinstance(node.target, ast.Name):
-            raise self.error("the loop variable of a runtime loop must be a plain name", node)
-        lo, hi, step = semantic.loop_bounds(self.b, lo, hi, step)
-        iv_dt = lo.type.elem
-        iv_name = node.target.id
-        carried = self.carried_names(node.body, {iv_name})
-        inits = [semantic.to_value(self.b, self.scope[n]) for n in carried]
-        body = Block()
-        iv = body.add_arg(TileType((), iv_dt), iv_name)
-        inner = dict(self.scope)
-        inner[iv_name] = iv
-        for n, v in zip(carried, inits):
-            inner[n] = body.add_arg(v.type, n)
-        with self.scoped(inner, body):
-            self.visit_stmts(node.body)
-            with self.b.at_loc(self.src.loc(node)):
-                outs = [self.loop_out(n, inner[n], v) for n, v in zip(carried, inits)]
-                self.b.create("yield", outs)
-        self.check_untouched({k: v for k, v in self.scope.items() if k != iv_name}, inner,
-                             carried)
-        op = self.b.create("for", [lo, hi, step, *inits], [v.type for v in inits],
-                           regions=[body])
-        self.finish_loop(op, carried, inner)
-
-    def finish_loop(self, op, carried: list[str], inner: dict) -> None:
-        for n, r in zip(carried, op.results):
-            r.name = n
-            self.scope[n] = r
-        self.scoped_out.update(k for k in inner if k not in self.scope)
-
-    def visit_While(self, node: ast.While) -> None:
-        if node.orelse:
-            raise self.error("while ... else is not supported", node)
-        carried = self.carried_names(node.body, set())
-        inits = [semantic.to_value(self.b, self.scope[n]) for n in carried]
-        cond_blk = Block()
-        cond_scope = dict(self.scope)
-        for n, v in zip(carried, inits):
-            cond_scope[n] = cond_blk.add_arg(v.type, n)
-        with self.scoped(cond_scope, cond_blk):
-            c = self.visit(node.test)
-            if not semantic.is_value(c):
-                if c:
-                    raise self.error("a while loop needs a runtime condition (no break)",
-                                     node.test)
-                return  # while False: the body is never compiled
-            c = semantic.condition(self.b, c, "a while")
-            self.b.create("condition", [c, *cond_blk.args])
-        body = Block()
-        inner = dict(self.scope)
-        for n, v in zip(carried, inits):
-            inner[n] = body.add_arg(v.type, n)
-        with self.scoped(inner, body):
-            self.visit_stmts(node.body)
-            with self.b.at_loc(self.src.loc(node)):
-                outs = [self.loop_out(n, inner[n], v) for n, v in zip(carried, inits)]
-                self.b.create("yield", outs)
-        self.check_untouched(self.scope, inner, carried)
-        op = self.b.create("while", inits, [v.type for v in inits], regions=[cond_blk, body])
-        self.finish_loop(op, carried, inner)
+            return self.unrolled_for(node, list(iterable))
+        raise self.error("a for loop needs range(...), kd.range(...), kd.static_range(...) or "
+                         "a tuple", node)
 
     # ---------------------------------------------------------------------- expressions
 
@@ -464,9 +262,12 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         obj = self.visit(node.value)
         if isinstance(obj, Value):
-            if node.attr in core.TILE_METHODS:
-                return BoundMethod(core.TILE_METHODS[node.attr], obj)
+            method = tile_method(node.attr)
+            if method is not None:
+                return BoundMethod(method, obj)
             return semantic.value_attr(self.b, obj, node.attr)
+        if isinstance(obj, Aggregate) and node.attr in obj.kd_methods:
+            return BoundMethod(obj.kd_methods[node.attr], obj)
         try:
             return normalize(semantic.type_attr(obj, node.attr))
         except AttributeError:
@@ -486,6 +287,8 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
         x = self.visit(node.operand)
+        if isinstance(x, Aggregate):
+            raise semantic.error(f"unary operators are not defined on a {x!r}")
         if not semantic.is_value(x):
             return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
                     ast.Not: operator.not_}[type(node.op)](x)
@@ -510,12 +313,16 @@ class CodeGenerator(ast.NodeVisitor):
         return result
 
     def visit_Compare(self, node: ast.Compare) -> Any:
+        """Comparisons; a chain `a < b < c` is `(a < b) and (b < c)` (element-wise on tiles),
+        each operand evaluated once, stopping at a compile-time false link as Python does."""
         left, result = self.visit(node.left), None
         for op, comp in zip(node.ops, node.comparators):
+            if result is not None and not semantic.is_value(result) and not result:
+                return result
             right = self.visit(comp)
             kind, pyop = _CMPOPS[type(op)]
             if kind is None or not (semantic.is_value(left) or semantic.is_value(right)):
-                r = pyop(left, right)
+                r = _compile_time_compare(type(op), pyop, left, right)
             else:
                 r = semantic.compare(self.b, kind, left, right)
             if result is None:
@@ -588,6 +395,12 @@ class CodeGenerator(ast.NodeVisitor):
             return self.inline(fn.__kdsl_jit__, args, kwargs)
         if fn is core.static_range or fn is core.constexpr:
             return normalize(fn(*args, **kwargs))
+        if fn is builtins.isinstance:
+            if len(args) != 2 or kwargs:
+                raise semantic.error("isinstance() takes exactly two arguments")
+            return type_objects.kernel_isinstance(args[0], args[1], core.constexpr)
+        if getattr(fn, type_objects.COMPILE_TIME, False):
+            return normalize(fn(*args, **kwargs))  # a type constructor or dtype predicate
         if fn in _PY_MINMAX and any(semantic.is_value(a) for a in args):
             if len(args) != 2 or kwargs:
                 raise semantic.error("min/max of runtime values take exactly two arguments")
@@ -625,6 +438,30 @@ class CodeGenerator(ast.NodeVisitor):
             raise semantic.error(f"{pyfn.__name__}(): {e}") from None
         bound.apply_defaults()
         scope = {k: normalize(v) for k, v in bound.arguments.items()}
-        gen = CodeGenerator(get_source(pyfn), self.b, scope, pyfn, self.kernel, self.depth + 1)
+        gen = CodeGenerator(get_source(pyfn), self.b, scope, pyfn, self.kernel, self.depth + 1,
+                            self.ptr_sources)
         gen.visit_stmts(gen.src.fn_def.body, tail=True)
-        return gen.ret_value
+        return gen.result()
+
+
+def tile_method(name: str) -> Any:
+    """The builtin behind `x.name(...)` on a tile: kdsl's table, then any of Triton's tensor
+    methods that kdsl has as a builtin."""
+    fn = core.TILE_METHODS.get(name)
+    if fn is None and name in core.TRITON_TENSOR_METHODS:
+        from .. import language
+
+        fn = getattr(language, name, None)
+        if not getattr(fn, "__kdsl_builtin__", False):
+            fn = None
+    return fn
+
+
+def _compile_time_compare(op: type, pyop: Any, left: Any, right: Any) -> Any:
+    """A comparison of compile-time values; a dtype equals a string that spells it
+    (`x.dtype == "fp16"`, Triton's or kdsl's name)."""
+    if op in (ast.Eq, ast.NotEq):
+        for a, s in ((left, right), (right, left)):
+            if isinstance(s, str) and isinstance(a, (DType, PointerType)):
+                return type_objects.same_dtype_name(a, s) == (op is ast.Eq)
+    return pyop(left, right)

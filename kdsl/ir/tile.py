@@ -42,8 +42,9 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
                                                y[i] = combine(y[i+1], x[i])); op in sum prod on
                                                one operand, or custom with a region as reduce's
   dot              (a: MxK, b: KxN, acc: MxN) {precision}  -> MxN (acc's elem)
-  hint             (x) {multiple_of?, max_contiguous?}     -> x, with a promise about its values
+  hint             (x) {multiple_of?, max_contiguous?, max_constancy?} -> x, with a promise
   for              (lo, hi, step, *inits)   region body(iv, *carried) ending in `yield` -> results
+                   {num_stages?, loop_unroll_factor?, ...: kd.range's options, hints only}
   while            (*inits)                 region cond(*carried) ending in `condition(c, *carried)`,
                                             region body(*carried) ending in `yield` -> results
   if               (cond)                   regions then, else, each ending in `yield` -> results

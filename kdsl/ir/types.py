@@ -106,6 +106,11 @@ class PointerType:
 
     pointee: DType
 
+    @property
+    def element_ty(self) -> DType:
+        """Triton's name of the pointee type."""
+        return self.pointee
+
     def __repr__(self) -> str:
         return f"ptr<{self.pointee}>"
 

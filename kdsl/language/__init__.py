@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from .block_ptr import tensor_descriptor
 from .core import (
     abs,
+    advance,
     arange,
     argmax,
     argmin,
     associative_scan,
+    assume,
     atomic_add,
     bfloat16,
     broadcast,
@@ -32,15 +35,20 @@ from .core import (
     floor,
     fma,
     full,
+    inline_asm_elementwise,
     int1,
     int8,
     int16,
     int32,
     int64,
     load,
+    load_tensor_descriptor,
     log,
     log2,
+    make_block_ptr,
+    make_tensor_descriptor,
     max,
+    max_constancy,
     max_contiguous,
     maximum,
     min,
@@ -50,6 +58,7 @@ from .core import (
     permute,
     pointer_type,
     program_id,
+    range,
     reduce,
     reduce_or,
     reshape,
@@ -61,6 +70,7 @@ from .core import (
     static_assert,
     static_range,
     store,
+    store_tensor_descriptor,
     sum,
     tanh,
     trans,
@@ -74,6 +84,16 @@ from .core import (
     zeros,
     zeros_like,
 )
+from .type_objects import (
+    block_type,
+    const,
+    constexpr_type,
+    dtype,
+    tensor,
+    tuple,
+    tuple_type,
+    void,
+)
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # indexing
@@ -81,7 +101,8 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # creation
     "zeros", "zeros_like", "full",
     # memory
-    "load", "store", "atomic_add",
+    "load", "store", "atomic_add", "make_block_ptr", "advance", "make_tensor_descriptor",
+    "load_tensor_descriptor", "store_tensor_descriptor", "tensor_descriptor",
     # math
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
     "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
@@ -92,12 +113,15 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # matrix
     "dot", "trans", "permute",
     # hints
-    "multiple_of", "max_contiguous",
+    "multiple_of", "max_contiguous", "max_constancy", "assume",
     # shape
     "expand_dims", "reshape", "view", "broadcast_to", "broadcast",
     # types
     "float16", "bfloat16", "float32", "float64", "int1", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "pointer_type", "cast", "constexpr",
+    "tensor", "dtype", "block_type", "void", "tuple", "tuple_type", "constexpr_type", "const",
     # compile time
-    "static_range", "static_assert",
+    "static_range", "static_assert", "range",
+    # not supported (a CompilationError naming the line)
+    "inline_asm_elementwise",
 ]

@@ -31,9 +31,9 @@ from ..ir.types import (  # noqa: F401  (re-exported dtypes)
     uint32,
     uint64,
 )
-from . import scan_reduce, semantic
+from . import block_ptr, scan_reduce, semantic, type_objects
 
-pointer_type = PointerType
+pointer_type = type_objects.pointer_type
 
 
 class constexpr:
@@ -57,6 +57,10 @@ class constexpr:
     def __hash__(self) -> int:
         return hash(self.value)
 
+    @property
+    def type(self) -> type_objects.constexpr_type:
+        return type_objects.constexpr_type(self.value)
+
 
 class static_range:
     """`for i in kd.static_range(lo, hi, step)`: a loop unrolled at compile time; `i` is a Python
@@ -72,6 +76,44 @@ class static_range:
 
     def __repr__(self) -> str:
         return f"static_range({self.start}, {self.end}, {self.step})"
+
+
+class range:
+    """`for i in kd.range(lo, hi, step, num_stages=..., ...)`: a runtime loop like `range`,
+    whose options are recorded as attributes of the Tile IR `for` op (those left at their
+    default are not). `num_stages` is the software-pipelining depth a GPU backend may use;
+    the others are hints (Triton's meanings) that no backend needs for correctness."""
+
+    OPTIONS = ("num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten",
+               "warp_specialize", "disable_licm")
+
+    def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False,
+                 disable_licm=False):
+        self.start, self.end = (0, arg1) if arg2 is None else (arg1, arg2)
+        self.step = 1 if step is None else step
+        opts = {"num_stages": num_stages, "loop_unroll_factor": loop_unroll_factor,
+                "disallow_acc_multi_buffer": disallow_acc_multi_buffer, "flatten": flatten,
+                "warp_specialize": warp_specialize, "disable_licm": disable_licm}
+        self.attrs = {}
+        for k, v in opts.items():
+            v = v.value if isinstance(v, constexpr) else v
+            if k in ("num_stages", "loop_unroll_factor"):
+                if v is not None:
+                    if isinstance(v, bool) or not isinstance(v, int):
+                        raise semantic.error(f"kd.range {k} must be a compile-time int, got "
+                                             f"{semantic.describe(v)}")
+                    self.attrs[k] = v
+            elif v:
+                if semantic.is_value(v):
+                    raise semantic.error(f"kd.range {k} must be a compile-time bool")
+                self.attrs[k] = True
+
+    def __iter__(self):
+        raise RuntimeError("kd.range can only be iterated inside a @kd.jit kernel")
+
+    def __repr__(self) -> str:
+        return f"range({self.start}, {self.end}, {self.step}, {self.attrs})"
 
 
 def builtin(fn: Callable) -> Callable:
@@ -144,17 +186,101 @@ def full(shape, value, dtype, _builder=None):
 # -------------------------------------------------------------------------------- memory
 
 
+_LOAD_CACHE = ("", ".ca", ".cg", ".cv")
+_STORE_CACHE = ("", ".wb", ".cg", ".cs", ".wt")
+_EVICTION = ("", "evict_first", "evict_last", "evict_normal")
+
+
+def _memory_options(what: str, cache: Any, caches: tuple, eviction: Any) -> None:
+    """Cache and eviction options are validated as in Triton and otherwise ignored: they
+    change no result, and no kdsl backend has a use for them."""
+    if cache not in caches:
+        raise semantic.error(f"{what}: cache_modifier must be one of {caches}, got {cache!r}")
+    if eviction not in _EVICTION:
+        raise semantic.error(f"{what}: eviction_policy must be one of {_EVICTION}, got "
+                             f"{eviction!r}")
+
+
 @builtin
-def load(pointer, mask=None, other=None, cache_modifier="", eviction_policy="",
-         volatile=False, _builder=None):
-    """Elements at `pointer`; where `mask` is false, `other` (default 0)."""
+def load(pointer, mask=None, other=None, boundary_check=(), padding_option="",
+         cache_modifier="", eviction_policy="", volatile=False, _builder=None):
+    """Elements at `pointer`; where `mask` is false, `other` (default 0). On a block pointer
+    (kd.make_block_ptr) `boundary_check` lists the dims to mask and `padding_option` ("",
+    "zero", "nan") what masked elements read."""
+    _memory_options("load", cache_modifier, _LOAD_CACHE, eviction_policy)
+    if block_ptr.is_block_ptr(pointer):
+        if mask is not None or other is not None:
+            raise semantic.error("load: `mask` and `other` cannot be given with a block "
+                                 "pointer (use boundary_check)")
+        return block_ptr.load(_builder, pointer, boundary_check, padding_option, volatile)
+    if boundary_check or padding_option:
+        raise semantic.error("load: `boundary_check` and `padding_option` need a block pointer "
+                             "(kd.make_block_ptr); a tile of pointers uses `mask` and `other`")
     return semantic.load(_builder, pointer, mask, other, volatile)
 
 
 @builtin
-def store(pointer, value, mask=None, cache_modifier="", eviction_policy="", _builder=None):
-    """Write `value` (broadcast and cast to the pointee type) at `pointer` where `mask`."""
+def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy="",
+          _builder=None):
+    """Write `value` (broadcast and cast to the pointee type) at `pointer` where `mask`; on a
+    block pointer, where the dims in `boundary_check` are in bounds."""
+    _memory_options("store", cache_modifier, _STORE_CACHE, eviction_policy)
+    if block_ptr.is_block_ptr(pointer):
+        if mask is not None:
+            raise semantic.error("store: `mask` cannot be given with a block pointer (use "
+                                 "boundary_check)")
+        return block_ptr.store(_builder, pointer, value, boundary_check)
+    if boundary_check:
+        raise semantic.error("store: `boundary_check` needs a block pointer "
+                             "(kd.make_block_ptr); a tile of pointers uses `mask`")
     return semantic.store(_builder, pointer, value, mask)
+
+
+@builtin
+def make_block_ptr(base, shape, strides, offsets, block_shape, order, _builder=None):
+    """A `block_shape` window at `offsets` into the tensor of `shape` and `strides` at `base`
+    (all in elements; `order` is accepted as a layout hint)."""
+    return block_ptr.make_block_ptr(_builder, base, shape, strides, offsets, block_shape, order)
+
+
+@builtin
+def advance(base, offsets, _builder=None):
+    """The block pointer `base` moved by `offsets` (one per dim); `base` is unchanged."""
+    return block_ptr.advance(_builder, base, offsets)
+
+
+@builtin
+def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero",
+                           _builder=None):
+    """A descriptor of the tensor of `shape` and `strides` at `base`, for loading and storing
+    `block_shape` tiles (out-of-bounds elements read as 0, or NaN, and are not written)."""
+    return block_ptr.make_tensor_descriptor(_builder, base, shape, strides, block_shape,
+                                            padding_option)
+
+
+@builtin
+def load_tensor_descriptor(desc, offsets, _builder=None):
+    """`desc.load(offsets)`: the block at `offsets`."""
+    return block_ptr.descriptor_load(_builder, desc, offsets)
+
+
+@builtin
+def store_tensor_descriptor(desc, offsets, value, _builder=None):
+    """`desc.store(offsets, value)`: write the in-bounds part of the block at `offsets`."""
+    return block_ptr.descriptor_store(_builder, desc, offsets, value)
+
+
+def _descriptor_atomic(op: str) -> Callable:
+    def fn(desc, offsets, value, _builder=None):
+        atomic = globals().get(f"atomic_{op}")
+        if atomic is None:
+            raise semantic.error(f"tensor descriptor atomic_{op} is not available")
+        p, v, m = block_ptr.descriptor_window(_builder, desc, offsets, value,
+                                              f"tensor descriptor atomic_{op}")
+        atomic(p, v, mask=m, _builder=_builder)
+
+    fn.__name__ = fn.__qualname__ = f"descriptor_atomic_{op}"
+    return builtin(fn)
 
 
 @builtin
@@ -391,9 +517,32 @@ def broadcast(input, other, _builder=None):
 
 
 @builtin
-def cast(input, dtype, bitcast=False, fp_downcast_rounding=None, _builder=None):
-    """`input` converted to `dtype` (bitcast=True: same bits, equal width)."""
-    return semantic.cast(_builder, input, dtype, bitcast)
+def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _builder=None):
+    """`input` converted to `dtype` (bitcast=True: same bits, equal width). A float to a
+    narrower float rounds to nearest even, or toward zero with fp_downcast_rounding="rtz"."""
+    return semantic.cast(_builder, input, dtype, bitcast, fp_downcast_rounding)
+
+
+@builtin
+def max_constancy(input, values, _builder=None):
+    """Promise that runs of `values` consecutive elements of `input` are equal."""
+    return semantic.hint(_builder, input, "max_constancy", values)
+
+
+@builtin
+def assume(cond, _builder=None):
+    """A promise that `cond` holds, which the compiler may use; it generates no code."""
+    if not (semantic.is_value(cond) or semantic.is_scalar_const(cond)) or semantic.is_ptr(cond):
+        raise semantic.error(f"assume needs a condition, got {semantic.describe(cond)}")
+
+
+@builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, _builder=None):
+    """Not supported: kernels compile for CPUs and GPUs alike, and inline PTX has no meaning
+    on the CPU, OpenCL or the interpreter."""
+    raise semantic.error("kd.inline_asm_elementwise is not supported: inline assembly has no "
+                         "meaning on the kdsl backends (interp, llvm, opencl, cuda); write the "
+                         "operation with kd builtins")
 
 
 # --------------------------------------------------------------------------- compile time
@@ -416,4 +565,23 @@ TILE_METHODS: dict[str, Callable] = {
     "tanh": tanh, "erf": erf, "sigmoid": sigmoid, "floor": floor, "ceil": ceil,
 }
 
-DTYPE_NAMES = tuple(d.name for d in ALL_DTYPES)
+DTYPE_NAMES = _py.tuple(d.name for d in ALL_DTYPES)
+
+# Triton's other tensor methods that are kd builtins (`x.cast(...)`, `x.store(...)`, ...).
+TILE_METHODS.update({"cast": cast, "store": store, "advance": advance, "atomic_add": atomic_add,
+                     "cdiv": cdiv, "max_constancy": max_constancy})
+# Triton's tensor methods resolved by name when kdsl has the builtin (`x.cumsum()`, ...).
+TRITON_TENSOR_METHODS = frozenset((
+    "broadcast_to", "trans", "permute", "split", "view", "item", "reshape", "expand_dims",
+    "cast", "store", "advance", "atomic_cas", "atomic_xchg", "atomic_add", "atomic_max",
+    "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "exp", "exp2", "log", "log2", "cos",
+    "sin", "sqrt", "sqrt_rn", "rsqrt", "abs", "erf", "floor", "ceil", "reduce",
+    "associative_scan", "histogram", "gather", "cdiv", "sigmoid", "softmax", "ravel", "max",
+    "argmax", "min", "argmin", "sum", "xor_sum", "reduce_or", "cumsum", "cumprod", "sort",
+    "flip"))
+
+block_ptr.BlockPointer.kd_methods = {"advance": advance, "store": store}
+block_ptr.tensor_descriptor.kd_methods = {
+    "load": load_tensor_descriptor, "store": store_tensor_descriptor,
+    **{f"atomic_{op}": _descriptor_atomic(op) for op in ("add", "min", "max", "and", "or",
+                                                          "xor")}}

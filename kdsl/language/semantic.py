@@ -25,10 +25,12 @@ from ..ir.types import (
     float64,
     int1,
     int8,
+    int16,
     int32,
     int64,
     uint64,
 )
+from . import type_objects
 
 Operand = Any  # Value | int | float | bool
 
@@ -206,14 +208,28 @@ def broadcast_pair(b, x: Operand, y: Operand) -> tuple[Operand, Operand]:
 # ---------------------------------------------------------------------------------- casts
 
 
-def cast(b, x: Operand, dtype: Any, bitcast: bool = False) -> Value:
+def cast(b, x: Operand, dtype: Any, bitcast: bool = False,
+         fp_downcast_rounding: str | None = None) -> Value:
     """Conversion to `dtype`. To int1 it is `x != 0` (C's truth), not a truncation of bits.
-    A bitcast needs equal widths. Casting to the same type is a no-op."""
+    A bitcast needs equal widths. Casting to the same type is a no-op. A float to a narrower
+    float rounds to nearest even ("rtne", the default) or toward zero ("rtz"); the rounding
+    mode is only accepted for such conversions (as in Triton)."""
     dtype = _dtype_arg(dtype)
+    if fp_downcast_rounding is not None and isinstance(x, float):
+        x = to_value(b, x, float32)  # a literal is a float32 to round from, as in Triton
     x = to_value(b, x, None if is_value(x) else weak_dtype(x, dtype))
     src = x.type.elem
     if isinstance(src, PointerType):
         raise error("pointers cannot be cast")
+    if fp_downcast_rounding is not None and not bitcast:
+        if fp_downcast_rounding not in ("rtne", "rtz"):
+            raise error(f"fp_downcast_rounding must be 'rtne' or 'rtz', got "
+                        f"{fp_downcast_rounding!r}")
+        if not (src.is_float and dtype.is_float and dtype.bits < src.bits):
+            raise error(f"fp_downcast_rounding is only for casts to a narrower float, not "
+                        f"{src} to {dtype}")
+        if fp_downcast_rounding == "rtz":
+            return _cast_toward_zero(b, x, dtype)
     if src == dtype:
         return x
     if bitcast:
@@ -226,6 +242,24 @@ def cast(b, x: Operand, dtype: Any, bitcast: bool = False) -> Value:
     return b.op("cast", [x], x.type.with_elem(dtype))
 
 
+_BITS_INT = {16: int16, 32: int32, 64: int64}
+
+
+def _cast_toward_zero(b, x: Value, dtype: DType) -> Value:
+    """Float narrowing rounded toward zero, from the round-to-nearest-even result: where that
+    result is farther from zero than `x` (it rounded away, possibly to infinity), step its bit
+    pattern one toward zero, which is the next representable magnitude below (down to the
+    largest finite value). NaN and infinities compare false and are kept. Exact on every
+    backend since it only uses casts, compares and integer ops of the narrow type's bits."""
+    r = b.op("cast", [x], x.type.with_elem(dtype))
+    back = b.op("cast", [r], x.type)  # exact: the narrow type is a subset
+    away = compare(b, "gt", unary(b, "abs", back), unary(b, "abs", x))
+    ity = x.type.with_elem(_BITS_INT[dtype.bits])
+    bits = b.op("bitcast", [r], ity)
+    less = b.op("bitcast", [binary(b, "sub", bits, 1)], r.type)
+    return b.op("where", [away, less, r], r.type)
+
+
 def _dtype_arg(dtype: Any) -> DType:
     if not isinstance(dtype, DType):
         raise error(f"expected a dtype (kd.float32, kd.int32, ...), got {dtype!r}")
@@ -234,6 +268,8 @@ def _dtype_arg(dtype: Any) -> DType:
 
 def to_int1(b, x: Operand) -> Value:
     """Truth value of a scalar or tile as int1 (non-zero is true)."""
+    if is_ptr(x):
+        raise error("the truth value of a pointer is not defined")
     x = to_value(b, x)
     return x if x.type.elem == int1 else cast(b, x, int1)
 
@@ -306,21 +342,19 @@ def compare(b, op: str, x: Operand, y: Operand) -> Value:
 
 
 def logical(b, op: str, x: Operand, y: Operand) -> Value:
-    """`and`/`or` on runtime scalars: both sides as int1 (Python's short-circuit has no
-    meaning once the left side is a runtime value). On tiles Python's `and` would ask for the
-    truth of a whole tile, so the bitwise forms are required there."""
+    """`and`/`or` of runtime values: both sides as int1 (non-zero is true), combined element
+    by element after broadcasting, as Triton does for tiles (Python's short-circuit has no
+    meaning once the left side is a runtime value: both sides are evaluated)."""
     for v in (x, y):
-        if shape(v):
-            raise error(f"'{op}' is not defined on tiles; use '{'&' if op == 'and' else '|'}' "
-                        "on comparisons instead")
-    return b.op(op, [to_int1(b, x), to_int1(b, y)], TileType((), int1))
+        _check_operand(v)
+    xv, yv = broadcast_pair(b, to_int1(b, x), to_int1(b, y))
+    return b.op(op, [xv, yv], xv.type)
 
 
 def logical_not(b, x: Operand) -> Value:
-    """`not` on a runtime scalar (int1 result); on tiles use `~`."""
-    if shape(x):
-        raise error("'not' is not defined on tiles; use '~' instead")
-    return b.op("not", [to_int1(b, x)], TileType((), int1))
+    """`not x` on a runtime scalar or tile: int1, element by element."""
+    x = to_int1(b, x)
+    return b.op("not", [x], x.type)
 
 
 # ------------------------------------------------------------------------- unary operators
@@ -829,7 +863,9 @@ def value_attr(b, x: Value, name: str) -> Any:
     table = {
         "shape": lambda: tuple(x.shape),
         "dtype": lambda: x.type.elem,
-        "type": lambda: x.type,
+        # Triton's view: a tile's type is a block_type, a scalar's its dtype
+        "type": lambda: (type_objects.block_type(x.type.elem, x.shape) if x.shape
+                         else x.type.elem),
         "ndim": lambda: x.type.rank,
         "numel": lambda: x.type.numel,
         "T": lambda: trans(b, x),
@@ -840,7 +876,10 @@ def value_attr(b, x: Value, name: str) -> Any:
 
 
 def type_attr(t: Any, name: str) -> Any:
-    """`ptr.dtype.element_ty` (Triton's spelling of a pointer's pointee type)."""
-    if isinstance(t, PointerType) and name == "element_ty":
-        return t.pointee
-    return getattr(t, name)
+    """Attributes of compile-time objects: Triton's view of dtypes (`ptr.dtype.element_ty`,
+    `dt.is_fp16()`, `dt.primitive_bitwidth`, ...; `kdsl/language/type_objects.py`), and
+    `.value` / `.type` of a constexpr, which kernels see as its plain value."""
+    if name in ("value", "type") and not hasattr(t, name) and \
+            (t is None or isinstance(t, (bool, int, float, str, tuple))):
+        return t if name == "value" else type_objects.constexpr_type(t)
+    return type_objects.attr(t, name)
