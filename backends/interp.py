@@ -55,5 +55,8 @@ class InterpBackend(Backend):
                 values.append(a.value)
             # a strided view's pointer is `origin` elements into its flat memory span
             origins.append(a.origin)
-        interp.run(handle if isinstance(handle, tile.Function) else fn, grid, values,
-                   origins if any(origins) else None)
+        fn = handle if isinstance(handle, tile.Function) else fn
+        if any(origins):
+            interp.run(fn, grid, values, origins)
+        else:
+            interp.run(fn, grid, values)

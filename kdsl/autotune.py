@@ -100,9 +100,8 @@ def _key_part(v: Any) -> Any:
 
 
 def _copy(a: Any) -> Any:
-    if hasattr(a, "copy") and getattr(a, "shape", None) is not None and np.ndim(a) > 0:
-        return a.copy()
-    return a
+    from kdsl.runtime.views import copy_like  # same strides: the kernel's are the original's
+    return copy_like(a)
 
 
 def _host(a: Any) -> np.ndarray:

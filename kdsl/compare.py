@@ -394,8 +394,9 @@ def _locate(result: Result, pmap: tuple[np.ndarray, np.ndarray, tuple], shape: t
 # ------------------------------------------------------------------------------ compare
 
 def _copy(a: Any) -> Any:
-    if isinstance(a, np.ndarray):
-        return a.copy()
+    if isinstance(a, np.ndarray) or type(a).__module__.startswith("torch"):
+        from kdsl.runtime.views import copy_like  # same strides: the kernel's are the original's
+        return copy_like(a)
     if hasattr(a, "copy") and hasattr(a, "shape") and not np.isscalar(a):
         return a.copy()
     return a

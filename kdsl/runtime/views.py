@@ -79,4 +79,29 @@ def torch_host(name: str, t: Any) -> tuple[np.ndarray, T.DType | None]:
                         f"DLPack: {e}") from None
 
 
-__all__ = ["is_torch", "strided_span", "torch_host"]
+def copy_like(a: Any) -> Any:
+    """A copy of array `a` with the same strides (over a copy of its memory span), so that a
+    kernel given the original's strides addresses the copy as it would the original (the
+    autotuner and `kd.testing.compare` run candidates on copies); torch tensors are copied with
+    their strides, other arrays with `.copy()`, anything else is returned as is."""
+    if isinstance(a, np.ndarray):
+        if a.flags.c_contiguous or a.size == 0:
+            return a.copy()
+        try:
+            flat, origin, _ = strided_span("a", a)
+        except ValueError:
+            return a.copy()
+        c = flat.copy()
+        return np.lib.stride_tricks.as_strided(c[origin:], a.shape, a.strides)
+    if is_torch(a) and hasattr(a, "stride"):
+        import torch
+
+        t = a.detach()
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                   device=t.device).copy_(t)
+    if hasattr(a, "copy") and getattr(a, "shape", None) is not None and np.ndim(a) > 0:
+        return a.copy()
+    return a
+
+
+__all__ = ["copy_like", "is_torch", "strided_span", "torch_host"]
