@@ -291,7 +291,7 @@ class OpenCLBackend(Backend):
         contiguously)."""
         rt = self.runtime()
         cl = rt.cl
-        align = max(1, rt.device.mem_base_addr_align // 8)
+        align = max(16, rt.device.mem_base_addr_align // 8)  # powers of two: a multiple of both
         first = arg.origin * arg.host.itemsize
         start = -(-first // align) * align
         pad = start - first

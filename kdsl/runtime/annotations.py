@@ -44,8 +44,7 @@ def _dtype_name(text: str) -> str | None:
         if text.startswith(p):
             text = text[len(p):]
             break
-    if text.endswith("_t"):
-        text = text[:-2]
+    text = text.removesuffix("_t")
     name = _ALIASES.get(text, text)
     return name if name in T.BY_NAME else None
 

@@ -39,11 +39,10 @@ import numpy as np
 
 from kdsl.ir import types as T
 
-from .binding import (Signature, bind_annotated, bind_arg, multiple_of_16, normalize_grid,
-                      sig_type)
+from .binding import Signature, bind_annotated, bind_arg, multiple_of_16, normalize_grid, sig_type
 from .compiler import CompiledKernel
 from .env import launch_flags
-from .options import (DEFAULT_NUM_STAGES, EXPLICIT, KDSL_KEYWORDS, OPTIONS, check_num_stages)
+from .options import DEFAULT_NUM_STAGES, EXPLICIT, KDSL_KEYWORDS, OPTIONS, check_num_stages
 from .options import parse as parse_options
 
 _SIMPLE_CONSTS = (int, float, str, bool, complex, type(None))
@@ -442,8 +441,8 @@ class JITFunction:
         for name, v in zip(self.signature.names, values):
             try:
                 hash(v)
-            except TypeError:
-                if name in self._cx_names:
+            except TypeError:  # a constexpr, or a compile-time value given to a runtime one
+                if name in self._cx_names or not hasattr(v, "shape"):
                     raise TypeError(f"constexpr argument {name!r}: value of type "
                                     f"{type(v).__name__} is not hashable") from None
 
@@ -491,7 +490,7 @@ class _Specialised:
     `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`, `num_stages` and the
     code-changing launch `options`)."""
 
-    __slots__ = ("jit", "fn", "multiple_of_16", "fast_math", "num_stages", "options")
+    __slots__ = ("fast_math", "fn", "jit", "multiple_of_16", "num_stages", "options")
 
     def __init__(self, jit: JITFunction, multiple_of_16: tuple[str, ...], fast_math: bool,
                  num_stages: int = DEFAULT_NUM_STAGES, options: tuple = ()):
@@ -533,10 +532,11 @@ def jit(fn: Callable | None = None, *, num_warps: int | None = None,
     Triton's arguments: `do_not_specialize` / `do_not_specialize_on_alignment` (parameter
     names or indices kept out of the `% 16` specialisation), `version`, `repr`,
     `launch_metadata`, `debug`, `noinline` (docs/language.md "Launching")."""
-    opts = dict(num_warps=num_warps, backend=backend, fast_math=fast_math, version=version,
-                repr=repr, launch_metadata=launch_metadata, do_not_specialize=do_not_specialize,
-                do_not_specialize_on_alignment=do_not_specialize_on_alignment, debug=debug,
-                noinline=noinline)
+    opts = {"num_warps": num_warps, "backend": backend, "fast_math": fast_math,
+            "version": version, "repr": repr, "launch_metadata": launch_metadata,
+            "do_not_specialize": do_not_specialize,
+            "do_not_specialize_on_alignment": do_not_specialize_on_alignment, "debug": debug,
+            "noinline": noinline}
     if fn is None:
         return lambda f: jit(f, **opts)
     if isinstance(fn, JITFunction):
