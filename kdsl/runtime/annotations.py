@@ -99,6 +99,9 @@ def convert_scalar(name: str, v: Any, t: T.DType) -> Any:
     if t.is_float:
         try:
             f = float(v)
+        except OverflowError:
+            raise ValueError(f"argument {name!r}: {v} overflows the parameter's type "
+                             f"{t.name}") from None
         except (TypeError, ValueError):
             raise TypeError(f"argument {name!r}: expected a number for a {t.name} parameter, "
                             f"got {type(v).__name__}") from None

@@ -52,6 +52,7 @@ _ADDRESSOF = ctypes.addressof
 _FROM_BUFFER = _CHAR.from_buffer
 _F32_MAX = float(np.finfo(np.float32).max)
 _OFF = (None, "", "0")
+_I2F = 1 << 1000  # ints that float() converts without overflow
 
 
 def _code_names(code: Any) -> set[str]:
@@ -283,7 +284,7 @@ class JITFunction:
                 continue
             nrt += 1
             if kind != "rt":
-                if kind == "f64" and (t is float or t is int):
+                if kind == "f64" and (t is float or t is int and -_I2F < v < _I2F):
                     key.append("f64")
                     slots.append(float(v))
                     continue
