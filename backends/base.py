@@ -23,8 +23,13 @@ class BoundArg:
     """One runtime argument after binding.
 
     kind   "array": `value` is the user's array object (NumPy array, or the backend's device
-           array); `host` is a C-contiguous NumPy view of it when it lives on the host
-           (NumPy or DLPack CPU object), else None; `nbytes` its size in bytes.
+           array); `host` is a C-contiguous NumPy view of the memory the kernel may address
+           when it lives on the host (NumPy or DLPack CPU object), else None; `nbytes` its
+           size in bytes.  For a contiguous array `host` is the array itself; for a strided
+           view it is the flat span of the view's memory (kdsl/runtime/views.py), `origin` the
+           index in it of the view's first element (the kernel's pointer; > 0 only with
+           negative strides) and `view` the N-d NumPy view.  Backends copy `host` in and out
+           whole and pass a pointer `origin` elements into it.
            "scalar": `value` is a Python int/float already range-checked for `dtype`.
     """
 
@@ -35,8 +40,12 @@ class BoundArg:
     host: Any = None
     nbytes: int = 0
     numel: int = 0
-    #: data address of `host` (0 when there is no host view), read once at binding
+    #: data address of the first element (0 when there is no host view), read at binding
     address: int = 0
+    #: elements of `host` before the first element (strided views with negative strides)
+    origin: int = 0
+    #: the N-d NumPy view of a strided array (None when `host` is the array itself)
+    view: Any = None
 
 
 class Backend(ABC):

@@ -578,6 +578,7 @@ class CEmitter:
             helpers=self._helper_records(), fp64=self.uses_fp64,
             int64_atomics=self.uses_int64_atomics, fast_math=bool(k.attrs.get("fast_math")),
             intrinsics=sorted(self.intrinsics), dynamic_shared=self.dynamic_shared_bytes(),
+            maxnreg=k.attrs.get("maxnreg"),
         ).rstrip() + "\n"
 
     def dynamic_shared_bytes(self) -> int:

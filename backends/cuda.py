@@ -425,11 +425,18 @@ class CUDABackend(Backend):
         for i, (param, arg) in enumerate(zip(kernel.params, args)):
             if arg.kind == "array":
                 if arg.host is not None:
-                    dev = cupy.empty(max(arg.nbytes, 1), dtype=np.uint8)
+                    # A strided view's span is placed at the host address's offset modulo 256
+                    # (device allocations are 256-aligned), so the first element has the
+                    # alignment the kernel was specialised on (its host address % 16).
+                    at = 0
+                    if arg.view is not None:
+                        at = (arg.address - arg.origin * arg.host.itemsize) % 256
+                    dev = cupy.empty(max(at + arg.nbytes, 1), dtype=np.uint8)
                     if arg.nbytes:
-                        dev[:arg.nbytes].set(arg.host.reshape(-1).view(np.uint8))
-                    copies.append((i, arg, dev))
-                    values.append(dev)
+                        dev[at:at + arg.nbytes].set(arg.host.reshape(-1).view(np.uint8))
+                    copies.append((i, arg, dev, at))
+                    first = at + arg.origin * arg.host.itemsize
+                    values.append(dev[first:] if first else dev)
                 elif self.owns(arg.value):
                     values.append(arg.value)
                 else:
@@ -441,6 +448,6 @@ class CUDABackend(Backend):
         handle.function(grid, (kernel.threads, 1, 1), tuple(values),
                         shared_mem=handle.shared_mem, stream=cupy.cuda.get_current_stream())
         stored = stored_params(kernel)
-        for i, arg, dev in copies:
+        for i, arg, dev, at in copies:
             if i in stored and arg.nbytes:
-                arg.host.reshape(-1).view(np.uint8)[...] = dev[:arg.nbytes].get()
+                arg.host.reshape(-1).view(np.uint8)[...] = dev[at:at + arg.nbytes].get()

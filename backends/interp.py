@@ -42,6 +42,7 @@ class InterpBackend(Backend):
         self, handle: Any, fn: tile.Function, grid: tuple[int, int, int], args: list[BoundArg]
     ) -> None:
         values: list[Any] = []
+        origins: list[int] = []
         for a in args:
             if a.kind == "array":
                 if a.host is None:
@@ -52,4 +53,10 @@ class InterpBackend(Backend):
                 values.append(np.asarray(a.host).reshape(-1))  # a view: stores land in place
             else:
                 values.append(a.value)
-        interp.run(handle if isinstance(handle, tile.Function) else fn, grid, values)
+            # a strided view's pointer is `origin` elements into its flat memory span
+            origins.append(a.origin)
+        fn = handle if isinstance(handle, tile.Function) else fn
+        if any(origins):
+            interp.run(fn, grid, values, origins)
+        else:
+            interp.run(fn, grid, values)

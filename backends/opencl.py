@@ -250,9 +250,13 @@ class OpenCLBackend(Backend):
         values, copies = [], []
         for i, (param, arg) in enumerate(zip(kernel.params, args)):
             if arg.kind == "array":
-                buf = self._buffer(arg)
-                if arg.host is not None:
-                    copies.append((i, arg, buf))
+                if arg.origin:  # a view with negative strides: its pointer is inside its span
+                    buf, whole, at = self._offset_buffer(arg)
+                    copies.append((i, arg, whole, at))
+                else:
+                    buf = self._buffer(arg)
+                    if arg.host is not None:
+                        copies.append((i, arg, buf, None))
                 values.append(buf)
             else:
                 dt = np.uint8 if param.dtype.is_bool else param.dtype.np
@@ -262,8 +266,11 @@ class OpenCLBackend(Backend):
         cl.enqueue_nd_range_kernel(rt.queue, handle.kernel, (grid[0] * t, grid[1], grid[2]),
                                    (t, 1, 1))
         stored = stored_params(kernel)
-        for i, arg, buf in copies:
-            if i in stored and arg.nbytes:
+        for i, arg, buf, at in copies:
+            if at is not None:
+                if i in stored:
+                    cl.enqueue_copy(rt.queue, arg.host, buf, src_offset=at, is_blocking=True)
+            elif i in stored and arg.nbytes:
                 if rt.zero_copy and arg.host.flags.writeable:
                     # mapping a USE_HOST_PTR buffer makes the host array current (no copy
                     # when the device wrote it in place); unmapping releases the mapping
@@ -273,6 +280,25 @@ class OpenCLBackend(Backend):
                 else:
                     cl.enqueue_copy(rt.queue, arg.host, buf, is_blocking=True)
         rt.queue.finish()
+
+    def _offset_buffer(self, arg: BoundArg) -> tuple[Any, Any, int]:
+        """(kernel argument, buffer holding the span, byte offset of the span in it) for a host
+        array whose pointer lies `origin` elements into its memory span.  The kernel argument is
+        a sub-buffer starting at the first element; sub-buffer origins must be aligned to the
+        device's base address alignment, so the span is copied in at the padding that puts
+        the first element on that alignment.  The kernel's negative offsets reach the span
+        before it, inside the parent buffer (which OpenCL CPU and GPU drivers lay out
+        contiguously)."""
+        rt = self.runtime()
+        cl = rt.cl
+        align = max(16, rt.device.mem_base_addr_align // 8)  # powers of two: a multiple of both
+        first = arg.origin * arg.host.itemsize
+        start = -(-first // align) * align
+        pad = start - first
+        whole = cl.Buffer(rt.ctx, cl.mem_flags.READ_WRITE, pad + arg.nbytes)
+        cl.enqueue_copy(rt.queue, whole, arg.host, dst_offset=pad, is_blocking=True)
+        sub = whole.get_sub_region(start, pad + arg.nbytes - start)
+        return sub, whole, pad
 
     def _buffer(self, arg: BoundArg) -> Any:
         rt = self.runtime()

@@ -45,22 +45,39 @@ def enabled() -> bool:
 
 
 class Config:
-    """Meta-parameters of one candidate: constexpr `kwargs` and launch options."""
+    """Meta-parameters of one candidate: constexpr `kwargs` and launch options, with
+    `triton.Config`'s arguments (`num_stages` is part of the specialisation, `num_ctas`,
+    `maxnreg` and `ir_override` are launch options: docs/language.md "Launching");
+    `pre_hook(args)` runs before each launch with this config."""
 
-    def __init__(self, kwargs: dict[str, Any], num_warps: int = 4, num_stages: int | None = None,
-                 pre_hook: Callable | None = None):
+    def __init__(self, kwargs: dict[str, Any], num_warps: int = 4, num_stages: int = 3,
+                 num_ctas: int = 1, maxnreg: int | None = None, pre_hook: Callable | None = None,
+                 ir_override: str | None = None):
         self.kwargs = dict(kwargs)
         self.num_warps = num_warps
-        self.num_stages = num_stages  # accepted for Triton compatibility; unused
+        self.num_stages = num_stages
+        self.num_ctas = num_ctas
+        self.maxnreg = maxnreg
         self.pre_hook = pre_hook
+        self.ir_override = ir_override
 
     def key(self) -> str:
-        """Stable text identifying the config (the per-config disk-cache key)."""
+        """Stable text identifying the config (the per-config disk-cache key; options at
+        their default values are left out, so the text of older configs is unchanged)."""
         kw = ", ".join(f"{k}: {self.kwargs[k]!r}" for k in sorted(self.kwargs))
-        return f"{{{kw}}} num_warps={self.num_warps}"
+        extra = "".join(f" {k}={v!r}" for k, v in self.launch_options().items()
+                        if k != "num_warps" and v != _CONFIG_DEFAULTS.get(k))
+        return f"{{{kw}}} num_warps={self.num_warps}{extra}"
+
+    def launch_options(self) -> dict[str, Any]:
+        """The launch options of the config (None ones left out), as `all_kwargs` in Triton."""
+        opts = {"num_warps": self.num_warps, "num_ctas": self.num_ctas,
+                "num_stages": self.num_stages, "maxnreg": self.maxnreg,
+                "ir_override": self.ir_override}
+        return {k: v for k, v in opts.items() if v is not None}
 
     def all_kwargs(self) -> dict[str, Any]:
-        return {**self.kwargs, "num_warps": self.num_warps}
+        return {**self.kwargs, **self.launch_options()}
 
     def __repr__(self) -> str:
         return f"Config({self.key()})"
@@ -72,6 +89,9 @@ class Config:
         return hash(self.key())
 
 
+_CONFIG_DEFAULTS = {"num_stages": 3, "num_ctas": 1}
+
+
 def _key_part(v: Any) -> Any:
     shape = getattr(v, "shape", None)
     if shape is not None and getattr(v, "dtype", None) is not None and np.ndim(v) > 0:
@@ -80,9 +100,8 @@ def _key_part(v: Any) -> Any:
 
 
 def _copy(a: Any) -> Any:
-    if hasattr(a, "copy") and getattr(a, "shape", None) is not None and np.ndim(a) > 0:
-        return a.copy()
-    return a
+    from kdsl.runtime.views import copy_like  # same strides: the kernel's are the original's
+    return copy_like(a)
 
 
 def _host(a: Any) -> np.ndarray:
@@ -102,6 +121,8 @@ class Autotuner:
         if not configs:
             raise ValueError("@kd.autotune needs at least one Config")
         self.fn = fn
+        self.signature = fn.signature
+        self.arg_names = list(fn.signature.names)
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.configs = list(configs)
@@ -143,9 +164,8 @@ class Autotuner:
             self.cache[tkey] = cfg
         self.best_config = cfg
         if cfg.pre_hook is not None:
-            cfg.pre_hook({**named, **cfg.kwargs})
-        return self.fn.run(*args, grid=grid, backend=backend, num_warps=cfg.num_warps,
-                           **kwargs, **cfg.kwargs)
+            cfg.pre_hook({**named, **cfg.all_kwargs()})
+        return self.fn.run(*args, grid=grid, backend=backend, **kwargs, **cfg.all_kwargs())
 
     def _backend(self, args: tuple, kwargs: dict, backend: str | None) -> str:
         if backend:
@@ -176,7 +196,7 @@ class Autotuner:
             top_k = self.prune.get("top_k", len(configs))
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(configs) * top_k))
-            est = {c: model(**named, **c.kwargs, num_warps=c.num_warps) for c in configs}
+            est = {c: model(**{**named, **c.all_kwargs()}) for c in configs}
             configs = sorted(configs, key=lambda c: est[c])[:int(top_k)]
         return configs
 
@@ -210,8 +230,9 @@ class Autotuner:
                 ckw = {n: _copy(v) for n, v in kwargs.items()}
 
                 def launch(c=cfg, a=copies, kw=ckw):
-                    return self.fn.run(*a, grid=grid, backend=backend, num_warps=c.num_warps,
-                                       **kw, **c.kwargs)
+                    if c.pre_hook is not None:
+                        c.pre_hook({**self._named(a, kw), **c.all_kwargs()})
+                    return self.fn.run(*a, grid=grid, backend=backend, **kw, **c.all_kwargs())
                 try:
                     launch()
                 except Exception as e:  # a config that cannot compile or run is discarded
@@ -253,7 +274,7 @@ class Autotuner:
         from kdsl.passes.lower_analysis import stored_params
 
         from .compare import _outputs_of
-        ck = self.fn.compile(*args, backend="interp", **kwargs, **cfg.kwargs)
+        ck = self.fn.compile(*args, backend="interp", **kwargs, **cfg.all_kwargs())
         params = ck.kernel.runtime_params
         names = [params[j].name for j in sorted(stored_params(ck.kernel))]
         value = self.reference(*(_copy(a) for a in args))

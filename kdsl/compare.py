@@ -299,7 +299,7 @@ def record_launches(dry: bool = False) -> Iterator[list[Launch]]:
 def _grid_tuple(kernel: Any, grid: Any, args: Sequence, kwargs: dict) -> tuple[int, ...]:
     if callable(grid):
         sig = kernel.signature
-        values = sig.bind(tuple(args), dict(kwargs))
+        values = sig.bind(tuple(args), {k: v for k, v in kwargs.items() if k in sig.index})
         grid = grid(dict(zip(sig.names, values)))
     if isinstance(grid, int):
         grid = (grid,)
@@ -320,8 +320,10 @@ def program_map(kernel: Any, grid: Any, args: Sequence, kwargs: dict,
     ck = kernel.compile(*args, backend="interp", num_warps=num_warps, **kwargs)
     fn = ck.kernel
     sig = kernel.signature
-    values = sig.bind(args, dict(kwargs))
-    runtime = [v for v, c in zip(values, sig.is_constexpr) if not c]
+    values = sig.bind(args, {k: v for k, v in kwargs.items() if k in sig.index})
+    # a runtime argument given None (or a constexpr) is a compile-time constant, no parameter
+    runtime = [v for v, c in zip(values, sig.is_constexpr)
+               if not c and v is not None and type(v).__name__ != "constexpr"]
     params = fn.runtime_params
     buffers, vals = [], []
     for i, (p, a) in enumerate(zip(params, runtime)):
@@ -394,8 +396,9 @@ def _locate(result: Result, pmap: tuple[np.ndarray, np.ndarray, tuple], shape: t
 # ------------------------------------------------------------------------------ compare
 
 def _copy(a: Any) -> Any:
-    if isinstance(a, np.ndarray):
-        return a.copy()
+    if isinstance(a, np.ndarray) or type(a).__module__.startswith("torch"):
+        from kdsl.runtime.views import copy_like  # same strides: the kernel's are the original's
+        return copy_like(a)
     if hasattr(a, "copy") and hasattr(a, "shape") and not np.isscalar(a):
         return a.copy()
     return a

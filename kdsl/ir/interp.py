@@ -585,6 +585,8 @@ class _Machine:
         self.fn = fn
         self.grid = grid
         self.buffers = buffers
+        #: per buffer, the element its pointer parameter points at (`run`'s origins)
+        self.origins = [0] * len(buffers)
         self.pid = (0, 0, 0)
         self.env: dict[int, Any] = {}
 
@@ -619,9 +621,10 @@ class _Machine:
             text = f": {op.loc.text.strip()}" if op.loc.text else ""
             # Always checked here; a checked launch reports it as the public OutOfBoundsError.
             exc = OutOfBoundsError if self.fn.attrs.get("check") else IndexError
+            o = self.origins[ptr.buf]  # offsets are reported from the argument's pointer
             raise exc(
-                f"{op.kind} out of bounds at {op.loc}{text}: element offset {bad} of "
-                f"'{name}' outside [0, {buf.shape[0]})"
+                f"{op.kind} out of bounds at {op.loc}{text}: element offset {bad - o} of "
+                f"'{name}' outside [{-o}, {buf.shape[0] - o})"
             )
         return idx, sel
 
@@ -688,10 +691,13 @@ def _buffer(a: Any) -> np.ndarray:
     return arr.reshape(-1)  # a view: stores land in the caller's array
 
 
-def run(fn: tile.Function, grid: tuple[int, ...], args: list) -> None:
+def run(fn: tile.Function, grid: tuple[int, ...], args: list,
+        origins: list[int] | None = None) -> None:
     """Run every program instance of `fn` over `grid` (axis 0 fastest) on `args`, given in the
     order of `fn.runtime_params`: 1-D C-contiguous NumPy arrays (modified in place; bfloat16 as
-    uint16 bits) for pointers, Python numbers for scalars."""
+    uint16 bits) for pointers, Python numbers for scalars.  `origins[i]` is the element of
+    array `i` a pointer parameter points at (default 0; a strided view's first element lies
+    inside the flat span of its memory, kdsl/runtime/views.py)."""
     params = fn.runtime_params
     if len(args) != len(params):
         raise TypeError(f"{fn.name} takes {len(params)} runtime arguments, got {len(args)}")
@@ -701,11 +707,13 @@ def run(fn: tile.Function, grid: tuple[int, ...], args: list) -> None:
     for i, (p, a) in enumerate(zip(params, args)):
         if p.type.is_ptr:
             buffers.append(_buffer(a))
-            values.append(Ptr(i, np.asarray(0, dtype=np.int64)))
+            values.append(Ptr(i, np.asarray(origins[i] if origins else 0, dtype=np.int64)))
         else:
             buffers.append(None)
             values.append(scalar_value(a, p.type.elem))
     m = _Machine(fn, grid3, buffers)
+    if origins:
+        m.origins = list(origins)
     with np.errstate(all="ignore"):
         for z in range(grid3[2]):
             for y in range(grid3[1]):

@@ -4,14 +4,17 @@
 with `check=True` or `KDSL_CHECK=1`); an unchecked specialisation never sees it and pays nothing.
 It appends hidden runtime parameters after the user's ones:
 
-  kd_extent_<p>  int64        one per pointer parameter p: the number of elements of p's array
+  kd_extent_<p>  int64        one per pointer parameter p: the end (exclusive) of the element
+                              offsets from p that its array's memory allows
+  kd_lower_<p>   int64        and their start: 0 for an array, <= 0 for a view with negative
+                              strides (its memory span starts before its first element)
   kd_errors      ptr<int64>   the error record (ERROR_WORDS words, zeroed by the runtime)
 
 and, before every `load`/`store`/`atomic_add` whose pointer derives from exactly one pointer
 parameter p (through addptr, shape ops, casts, `where`, loop carries and branch results):
 
   off  = ptr_offset(ptr, p)                  # int64 element offset from p's start
-  ok   = off >= 0 & off < kd_extent_<p>
+  ok   = off >= kd_lower_<p> & off < kd_extent_<p>
   bad  = mask & !ok                          # masked-off lanes are never reported
   mask = mask & ok                           # so nothing is read or written out of range
   if any(bad): if atomic_add(kd_errors[0], 1) == 0: kd_errors[1:6] = site, pid0..2, off
@@ -41,6 +44,7 @@ from .provenance import pointer_roots
 
 ERROR_PARAM = "kd_errors"
 EXTENT_PREFIX = "kd_extent_"
+LOWER_PREFIX = "kd_lower_"
 #: words of the error record: flag (violations seen), site, pid0, pid1, pid2, value
 ERROR_WORDS = 8
 ACCESS_KINDS = ("load", "store", "atomic_add")
@@ -110,9 +114,11 @@ class _Checker:
 
         self.params = rparams
         self.extent_of: dict[int, tile.Value] = {}
+        self.lower_of: dict[int, tile.Value] = {}
         for i, p in enumerate(rparams):
-            if p.type.is_ptr:
+            if p.type.is_ptr:  # in this order: the runtime appends (extent, lower) per pointer
                 self.extent_of[i] = add(EXTENT_PREFIX + p.name, TileType((), int64))
+                self.lower_of[i] = add(LOWER_PREFIX + p.name, TileType((), int64))
         self.errors = add(ERROR_PARAM, TileType((), PointerType(int64)))
         self.hints = _hint_chains(fn)
         self.hints_done: set[int] = set()
@@ -149,7 +155,7 @@ class _Checker:
         b = _Emit(out, op.loc)
         shape = ptr.shape
         off = b.op("ptr_offset", [ptr, b.splat(base, shape)], TileType(shape, int64))
-        ok = b.binary("and", b.binary("ge", off, b.const(0, shape, int64)),
+        ok = b.binary("and", b.binary("ge", off, b.splat(self.lower_of[i], shape)),
                       b.binary("lt", off, b.splat(self.extent_of[i], shape)))
         at = _MASK_AT[op.kind]
         mask = op.operands[at] if len(op.operands) > at else None
@@ -262,7 +268,7 @@ def insert_checks(fn: tile.Function) -> tile.Function:
     c.block(fn.body)
     fn.attrs["checks"] = {
         "sites": tuple(c.sites),
-        # runtime param index (in the user's order) of each hidden extent, in order
+        # runtime param index (in the user's order) of each hidden (extent, lower) pair
         "extents": tuple(c.extent_of),
         "kernel": fn.name,
         "nparams": len(c.params),
@@ -270,5 +276,5 @@ def insert_checks(fn: tile.Function) -> tile.Function:
     return fn
 
 
-__all__ = ["ACCESS_KINDS", "ERROR_PARAM", "ERROR_WORDS", "EXTENT_PREFIX", "Site",
+__all__ = ["ACCESS_KINDS", "ERROR_PARAM", "ERROR_WORDS", "EXTENT_PREFIX", "LOWER_PREFIX", "Site",
            "insert_checks"]

@@ -6,12 +6,17 @@ Three steps, each raising TypeError/ValueError that names the offending argument
    (Python's rules, plus defaults), and tells constexpr parameters from runtime ones.
 2. `bind_arg` turns one runtime argument into its specialisation signature (a short string:
    "*float32" for an array of float32, "int32" for a scalar) and a `BoundArg`:
-     NumPy array (any shape, C-contiguous)        -> pointer to its dtype
-     object with `__dlpack__` on the CPU          -> pointer (viewed with `np.from_dlpack`)
-     a backend's device array (`Backend.owns`)    -> pointer, used in place
+     NumPy array (any shape, any strides)         -> pointer to its first element
+     object with `__dlpack__` on the CPU          -> pointer (viewed with `np.from_dlpack`;
+                                                     torch tensors as `views.torch_host`)
+     a backend's device array (`Backend.owns`)    -> pointer, used in place (contiguous)
      `bfloat16_view(uint16_array)`                -> pointer to bfloat16
-     bool -> int1, int -> int32 (int64 when it does not fit), float -> float32,
-     NumPy scalars keep their dtype.
+     bool -> int1, int -> int32 (int64, then uint64, when it does not fit), any float
+     (numpy.float64 included: a float subclass) -> float32, as in Triton; other NumPy
+     scalars keep their dtype.  A parameter annotated with a dtype converts its value to it
+     (`annotations.py`).
+   A non-contiguous view is bound as its memory span (`views.py`), so that the kernel, given
+   the view's strides, reaches every element on every backend.
    bfloat16 arrays: an `ml_dtypes.bfloat16` array is accepted when ml_dtypes is installed;
    without it, pass the raw bits as a uint16 array wrapped in `bfloat16_view`.
 3. `normalize_grid` checks the launch grid and pads it to three dimensions.
@@ -35,9 +40,13 @@ import numpy as np
 from kdsl.backends.base import BoundArg
 from kdsl.ir import types as T
 
+from .annotations import annotation_type, convert_scalar
+from .views import is_torch, strided_span, torch_host
+
 _MISSING = object()
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT64_MAX = (1 << 64) - 1
 _F32_MAX = float(np.finfo(np.float32).max)
 # Program ids are int32 in every backend.
 _GRID_MAX = (1 << 31) - 1
@@ -56,6 +65,8 @@ class ParamSpec:
     constexpr: bool
     default: Any = _MISSING
     positional: bool = True  # False for keyword-only parameters
+    #: the kdsl type a runtime parameter is annotated with (`annotations.py`), else None
+    annotation: Any = None
 
 
 def is_constexpr_annotation(ann: Any) -> bool:
@@ -84,10 +95,10 @@ class Signature:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise TypeError(
                     f"kernel {fn.__name__!r}: *args/**kwargs parameters are not supported")
+            cx = is_constexpr_annotation(p.annotation)
             params.append(ParamSpec(
-                p.name, is_constexpr_annotation(p.annotation),
-                _MISSING if p.default is p.empty else p.default,
-                p.kind != p.KEYWORD_ONLY))
+                p.name, cx, _MISSING if p.default is p.empty else p.default,
+                p.kind != p.KEYWORD_ONLY, None if cx else annotation_type(p.annotation)))
         self.params: tuple[ParamSpec, ...] = tuple(params)
         self.names: tuple[str, ...] = tuple(p.name for p in params)
         self.index: dict[str, int] = {p.name: i for i, p in enumerate(params)}
@@ -167,13 +178,13 @@ def _array_sig(name: str, dt: Any) -> tuple[T.DType, str]:
 
 
 def _host_array(name: str, arr: np.ndarray, value: Any, kd: T.DType, sig: str):
-    if not arr.flags.c_contiguous:
-        # A copy would do for an input, but a kernel storing to a copy would silently lose
-        # its results: refuse both alike, with the fix in the message.
-        raise ValueError(
-            f"argument {name!r}: array is not C-contiguous (shape {arr.shape}, strides "
-            f"{arr.strides}); pass np.ascontiguousarray({name}) (and copy results back)")
-    return sig, BoundArg(name, "array", kd, value, arr, arr.nbytes, arr.size), None
+    if arr.flags.c_contiguous:
+        return sig, BoundArg(name, "array", kd, value, arr, arr.nbytes, arr.size,
+                             _address(arr)), None
+    # A strided view: the pointer is its first element, the memory is its span (views.py).
+    flat, origin, first = strided_span(name, arr)
+    return sig, BoundArg(name, "array", kd, value, flat, flat.nbytes, flat.size, first,
+                         origin, arr), None
 
 
 def _scalar_int(name: str, v: int) -> tuple[str, BoundArg, None]:
@@ -181,13 +192,16 @@ def _scalar_int(name: str, v: int) -> tuple[str, BoundArg, None]:
         return "int32", BoundArg(name, "scalar", T.int32, v), None
     if _INT64[0] <= v <= _INT64[1]:
         return "int64", BoundArg(name, "scalar", T.int64, v), None
-    raise ValueError(f"argument {name!r}: integer {v} does not fit in int64")
+    if 0 <= v <= _UINT64_MAX:  # as Triton: [2**63, 2**64) is uint64
+        return "uint64", BoundArg(name, "scalar", T.uint64, v), None
+    raise ValueError(f"argument {name!r}: integer {v} does not fit in int64 or uint64")
 
 
 def _scalar_float(name: str, v: float) -> tuple[str, BoundArg, None]:
     if abs(v) > _F32_MAX and math.isfinite(v):
-        raise ValueError(f"argument {name!r}: {v} overflows float32 (Python floats are passed "
-                         f"as float32); pass np.float64({v}) for a float64 scalar")
+        raise ValueError(f"argument {name!r}: {v} overflows float32 (Python floats, "
+                         f"numpy.float64 included, are passed as float32, as in Triton); "
+                         f"annotate the parameter `{name}: kd.float64` for a float64 scalar")
     return "float32", BoundArg(name, "scalar", T.float32, v), None
 
 
@@ -222,11 +236,15 @@ def _dlpack(name: str, v: Any) -> tuple[str, BoundArg, None]:
             raise TypeError(
                 f"argument {name!r}: a DLPack array on device type {dev_type} that no "
                 f"available backend owns; pass a NumPy array or the backend's device array")
-    try:
-        arr = np.from_dlpack(v)
-    except Exception as e:
-        raise TypeError(f"argument {name!r}: cannot view it through DLPack: {e}") from None
-    kd, sig = _array_sig(name, arr.dtype)
+    if is_torch(v):
+        arr, as_dtype = torch_host(name, v)
+    else:
+        as_dtype = None
+        try:
+            arr = np.from_dlpack(v)
+        except Exception as e:
+            raise TypeError(f"argument {name!r}: cannot view it through DLPack: {e}") from None
+    kd, sig = (as_dtype, "*" + as_dtype.name) if as_dtype else _array_sig(name, arr.dtype)
     return _host_array(name, arr, v, kd, sig)
 
 
@@ -248,14 +266,14 @@ def bind_arg(name: str, v: Any) -> tuple[str, BoundArg, str | None]:
 
 
 def _bind_other(name: str, v: Any) -> tuple[str, BoundArg, str | None]:
-    if isinstance(v, np.generic):
-        return _np_scalar(name, v)
     if isinstance(v, bool):
         return "int1", BoundArg(name, "scalar", T.int1, bool(v)), None
     if isinstance(v, int):
         return _scalar_int(name, int(v))
-    if isinstance(v, float):
+    if isinstance(v, float):  # numpy.float64 is a float: float32, as Triton types it
         return _scalar_float(name, float(v))
+    if isinstance(v, np.generic):
+        return _np_scalar(name, v)
     if isinstance(v, np.ndarray):  # subclasses
         kd, sig = _array_sig(name, v.dtype)
         return _host_array(name, np.asarray(v), v, kd, sig)
@@ -274,6 +292,23 @@ def _bind_other(name: str, v: Any) -> tuple[str, BoundArg, str | None]:
         return _dlpack(name, v)
     raise TypeError(f"argument {name!r}: expected an array (NumPy, DLPack or a backend's "
                     f"device array) or a scalar, got {type(v).__name__}")
+
+
+def bind_annotated(name: str, v: Any, ann: T.DType | T.PointerType
+                   ) -> tuple[str, BoundArg, str | None]:
+    """`bind_arg` for a parameter annotated with a type (`annotations.py`)."""
+    if isinstance(ann, T.PointerType):
+        s, ba, owner = bind_arg(name, v)
+        if ba.kind != "array":
+            raise TypeError(f"argument {name!r}: the parameter is annotated as a pointer "
+                            f"to {ann.pointee}; got {type(v).__name__}")
+        if ba.dtype != ann.pointee:
+            if ba.dtype.itemsize != ann.pointee.itemsize:
+                raise TypeError(f"argument {name!r}: the parameter is annotated as a pointer "
+                                f"to {ann.pointee} but the array holds {ba.dtype}")
+            ba.dtype = ann.pointee
+        return "*" + ann.pointee.name, ba, owner
+    return ann.name, BoundArg(name, "scalar", ann, convert_scalar(name, v, ann)), None
 
 
 def sig_type(sig: str) -> T.TileType:

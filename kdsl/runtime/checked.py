@@ -2,7 +2,9 @@
 
 Checked mode (`check=True`, `KDSL_CHECK=1`): the compiler (`kdsl/passes/checks.py`) appended
 hidden parameters to the kernel and recorded `attrs["checks"]`.  `run_checked` appends their
-values (the element count of each array argument, then a zeroed int64 error record), launches,
+values (the bounds of the element offsets each array argument allows: [0, size) for an array,
+the view's memory span for a strided view (kdsl/runtime/views.py), then a zeroed int64 error
+record), launches,
 reads the record back and raises `kd.OutOfBoundsError` naming the kernel, the source file, line
 and text, the argument, the program id and the offending offset (or the broken hint).
 
@@ -22,7 +24,7 @@ import numpy as np
 from kdsl.backends.base import BoundArg
 from kdsl.errors import OutOfBoundsError
 from kdsl.ir import types as T
-from kdsl.passes.checks import ERROR_PARAM, ERROR_WORDS, EXTENT_PREFIX, Site
+from kdsl.passes.checks import ERROR_PARAM, ERROR_WORDS, EXTENT_PREFIX, LOWER_PREFIX, Site
 
 Launch = Callable[[tuple[int, int, int], list[BoundArg]], None]
 
@@ -39,11 +41,18 @@ def hidden_args(info: dict[str, Any], args: list[BoundArg]) -> tuple[list[BoundA
         if a.kind != "array":
             raise TypeError(f"argument {a.name!r}: the kernel was compiled for an array here, "
                             f"got a scalar")
-        extra.append(BoundArg(EXTENT_PREFIX + a.name, "scalar", T.int64, int(a.numel)))
+        lower, extent = bounds(a)
+        extra.append(BoundArg(EXTENT_PREFIX + a.name, "scalar", T.int64, extent))
+        extra.append(BoundArg(LOWER_PREFIX + a.name, "scalar", T.int64, lower))
     record = np.zeros(ERROR_WORDS, dtype=np.int64)
     extra.append(BoundArg(ERROR_PARAM, "array", T.int64, record, record, record.nbytes,
                           record.size))
     return extra, record
+
+
+def bounds(a: BoundArg) -> tuple[int, int]:
+    """[lower, extent): the element offsets from an array argument's pointer its memory allows."""
+    return -int(a.origin), int(a.numel) - int(a.origin)
 
 
 def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]) -> OutOfBoundsError:
@@ -55,10 +64,10 @@ def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]) ->
     text = f"\n    {site.text}" if site.text else ""
     pid = (p0, p1, p2)
     if site.kind in ("load", "store", "atomic_add"):
-        extent = next((a.numel for a in args if a.name == site.arg), None)
-        bounds = f" outside [0, {extent})" if extent is not None else ""
+        span = next((bounds(a) for a in args if a.name == site.arg), None)
+        where_ok = f" outside [{span[0]}, {span[1]})" if span is not None else ""
         msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"
-               f"argument {site.arg!r}: element offset {value}{bounds}, in program_id {pid}")
+               f"argument {site.arg!r}: element offset {value}{where_ok}, in program_id {pid}")
     elif site.kind == "multiple_of":
         msg = (f"kernel {kernel!r}: broken hint at {where}{text}\n"
                f"multiple_of({site.amount}): value {value} is not a multiple of {site.amount}, "
@@ -105,6 +114,9 @@ def poison(args: list[BoundArg], stored: tuple[int, ...] | set[int]) -> None:
             continue
         a = args[i]
         dt, fill = poison_value(a.dtype)
+        if a.view is not None:  # a strided view: only its elements, not the whole span
+            a.view.view(dt)[...] = fill
+            continue
         if a.host is not None:
             a.host.reshape(-1).view(dt)[...] = fill
             continue
@@ -126,5 +138,5 @@ def stored_indices(ck: Any) -> tuple[int, ...]:
     return ()
 
 
-__all__ = ["hidden_args", "poison", "poison_value", "run_checked", "stored_indices",
+__all__ = ["bounds", "hidden_args", "poison", "poison_value", "run_checked", "stored_indices",
            "violation"]

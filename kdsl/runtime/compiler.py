@@ -130,6 +130,11 @@ def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any]
         fn.attrs["multiple_of_16"] = aligned
     if getattr(jitfn, "fast_math", False):
         fn.attrs["fast_math"] = True
+    # Software-pipelining depth (Triton's num_stages, for a GPU pipelining pass) and the
+    # launch options that change the code (kdsl/runtime/options.py: maxnreg).
+    fn.attrs["num_stages"] = getattr(jitfn, "num_stages", 3)
+    for name, value in (getattr(jitfn, "options", None) or {}).items():
+        fn.attrs[name] = value
     ir: dict[str, str] = Stages(tile=print_function(fn))
     fn, stages = run_tile_passes(fn)
     ir.update(stages)
@@ -151,6 +156,8 @@ def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps
             kernel.attrs["checks"] = fn.attrs["checks"]
         if fn.attrs.get("fast_math"):  # honoured by the llvm and C-source backends
             kernel.attrs["fast_math"] = True
+        if fn.attrs.get("maxnreg"):  # the CUDA kernel's __maxnreg__
+            kernel.attrs["maxnreg"] = fn.attrs["maxnreg"]
         ir["loop"] = print_kernel(kernel)
     be.add_stages(kernel, ir)
     # a backend whose stages start from its own source (llvm) has generated it already

@@ -1,15 +1,18 @@
 """`@kd.jit` and `JITFunction`: specialisation, the in-memory cache and the launch path.
 
     kernel[grid](*args, backend=None, num_warps=4, check=False, poison=False, fast_math=False,
-                 **constexprs)
+                 num_stages=3, **constexprs_and_triton_options)
     kernel.run(*args, grid=grid, ...)          # the same
     kernel.compile(*args, backend=..., **constexprs) -> CompiledKernel, not run
 
-A launch binds the arguments (`binding.py`), builds the specialisation key
-(runtime argument signatures, which of them are multiples of 16 (pointer address or int
-value, as Triton specialises), constexpr values and their types, num_warps, backend, check,
-fast_math), and looks it up in a dict; a miss compiles through the disk cache (`cache.py`).
-The hit path is a few dict lookups and one `backend.launch`: keep it free of anything slower.
+A launch binds the arguments (`binding.py`; Triton's other launch options are checked by
+`options.py`), builds the specialisation key (runtime argument signatures, which of them are
+multiples of 16 (pointer address or int value, as Triton specialises, unless the parameter is
+in `do_not_specialize`/`do_not_specialize_on_alignment`), constexpr values and their types,
+runtime parameters given None (compile-time constants, as in Triton), num_warps, num_stages,
+backend, check, fast_math and the options that change the code), and looks it up in a dict; a
+miss compiles through the disk cache (`cache.py`).  The hit path is a few dict lookups and one
+`backend.launch`: keep it free of anything slower.
 
 Plain launches (NumPy arrays and Python scalars by position, constexprs by position or keyword,
 no launch options) take a faster path first: `_fast_key` classifies each argument by exactly
@@ -34,9 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from .binding import Signature, bind_arg, multiple_of_16, normalize_grid, sig_type
+from kdsl.ir import types as T
+
+from .binding import Signature, bind_annotated, bind_arg, multiple_of_16, normalize_grid, sig_type
 from .compiler import CompiledKernel
 from .env import launch_flags
+from .options import DEFAULT_NUM_STAGES, EXPLICIT, KDSL_KEYWORDS, OPTIONS, check_num_stages
+from .options import parse as parse_options
 
 _SIMPLE_CONSTS = (int, float, str, bool, complex, type(None))
 _NDARRAY = np.ndarray
@@ -45,6 +52,7 @@ _ADDRESSOF = ctypes.addressof
 _FROM_BUFFER = _CHAR.from_buffer
 _F32_MAX = float(np.finfo(np.float32).max)
 _OFF = (None, "", "0")
+_I2F = 1 << 1000  # ints that float() converts without overflow
 
 
 def _code_names(code: Any) -> set[str]:
@@ -89,11 +97,36 @@ def _kernel_identity(fn: Callable, seen: set[int] | None = None) -> list[str]:
     return parts
 
 
+# Positions in the specialisation key (the memory cache's key; `_miss` reads them back).
+K_SIGS, K_M16, K_CX, K_WARPS, K_BACKEND, K_CHECK, K_FAST, K_STAGES, K_OPTS, K_RTCX = range(10)
+
+
+def _param_indices(what: str, spec: Any, names: tuple[str, ...]) -> frozenset[int]:
+    """Parameter indices named (or numbered) in `do_not_specialize`-style lists."""
+    if spec is None:
+        return frozenset()
+    if isinstance(spec, (str, int)):
+        spec = (spec,)
+    out = set()
+    for s in spec:
+        if isinstance(s, str) and s in names:
+            out.add(names.index(s))
+        elif isinstance(s, int) and not isinstance(s, bool) and 0 <= s < len(names):
+            out.add(s)
+        else:
+            raise ValueError(f"{what}: {s!r} is not a parameter name or index of the kernel "
+                             f"({', '.join(names)})")
+    return frozenset(out)
+
+
 class JITFunction:
     """A kernel: the decorated Python function plus its compiled specialisations."""
 
     def __init__(self, fn: Callable, *, num_warps: int | None = None,
-                 backend: str | None = None, fast_math: bool = False):
+                 backend: str | None = None, fast_math: bool = False, version: Any = None,
+                 repr: Callable | None = None, launch_metadata: Callable | None = None,
+                 do_not_specialize: Any = None, do_not_specialize_on_alignment: Any = None,
+                 debug: bool | None = None, noinline: bool | None = None):
         if not inspect.isfunction(fn):
             raise TypeError(f"@kd.jit expects a Python function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -102,9 +135,26 @@ class JITFunction:
         self.__kdsl_jit__ = fn
         self.signature = Signature(fn)
         sig = self.signature
+        self.arg_names = list(sig.names)  # Triton's name (kd.heuristics reads it)
+        # Triton's @jit arguments: stored with their meaning (docs/language.md "Launching")
+        self.version = version
+        self._repr = repr
+        self.launch_metadata = launch_metadata
+        self.do_not_specialize = do_not_specialize
+        self.do_not_specialize_on_alignment = do_not_specialize_on_alignment
+        self.debug = debug
+        self.noinline = noinline
+        dns = _param_indices("do_not_specialize", do_not_specialize, sig.names)
+        dnsa = _param_indices("do_not_specialize_on_alignment", do_not_specialize_on_alignment,
+                              sig.names)
         self._cx_index = tuple(i for i, c in enumerate(sig.is_constexpr) if c)
         self._rt_index = tuple((i, n) for i, (n, c) in enumerate(zip(sig.names,
                                                                      sig.is_constexpr)) if not c)
+        # per runtime parameter: (index, name, annotated type or None, whether its address or
+        # value is specialised on `% 16`: both do_not_specialize lists turn that off, as the
+        # int and pointer specialisations of Triton's `specialize=False` / `align=False`)
+        self._rt = tuple((i, n, sig.params[i].annotation, i not in dns and i not in dnsa)
+                         for i, n in self._rt_index)
         self.default_num_warps = num_warps
         self.default_backend = backend
         self.default_fast_math = bool(fast_math)
@@ -116,7 +166,16 @@ class JITFunction:
         self._fast_n = 0
         self._cx_flags = sig.is_constexpr
         self._cx_names = frozenset(sig.constexpr_names)
+        self._names = frozenset(sig.names)
         self._n_runtime = len(sig.runtime_names)
+        # how the fast path takes each parameter: "cx", "rt" (as bind_arg does), "f64" (a
+        # float64-annotated scalar: any int or float), None (annotated otherwise: full binder)
+        self._fast_kind = tuple(
+            "cx" if p.constexpr else "rt" if p.annotation is None
+            else "f64" if p.annotation is T.float64 else None for p in sig.params)
+        # launch keywords that are also parameter names (kdsl/runtime/options.py)
+        self._shared = frozenset(sig.names) & (frozenset(OPTIONS) | frozenset(EXPLICIT)
+                                               | frozenset(KDSL_KEYWORDS))
 
     # -- public --------------------------------------------------------------------------
 
@@ -135,18 +194,34 @@ class JITFunction:
     def __repr__(self) -> str:
         return f"<JITFunction {self.fn.__module__}.{self.fn.__qualname__}>"
 
+    def repr(self, specialization: Any = None) -> str:
+        """The kernel's display name (Triton's `repr=` callable of the specialisation, else
+        the function's name)."""
+        return self.fn.__name__ if self._repr is None else self._repr(specialization)
+
     def run(self, *args: Any, grid: Any, backend: str | None = None,
             num_warps: int | None = None, check: bool | None = None,
             poison: bool | None = None, fast_math: bool | None = None,
+            num_stages: int | None = None, warmup: bool = False,
             **kwargs: Any) -> CompiledKernel:
-        """Launch on `grid`; returns the compiled kernel that ran."""
-        return self._run(grid, args, kwargs, backend, num_warps, check, poison, fast_math)
+        """Launch on `grid`; returns the compiled kernel that ran (Triton's `run`: with
+        `warmup=True`, compile only)."""
+        if warmup:
+            return self.compile(*args, backend=backend, num_warps=num_warps, check=check,
+                                fast_math=fast_math, num_stages=num_stages, **kwargs)
+        return self._run(grid, args, kwargs, backend, num_warps, check, poison, fast_math,
+                         num_stages)
+
+    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> CompiledKernel:
+        """Compile for these arguments without launching (Triton's `kernel.warmup`)."""
+        return self.run(*args, grid=grid, warmup=True, **kwargs)
 
     def _run(self, grid, args, kwargs, backend, num_warps, check,
-             poison=None, fast_math=None) -> CompiledKernel:
+             poison=None, fast_math=None, num_stages=None) -> CompiledKernel:
         env = launch_flags()
         plain = (backend is None and num_warps is None and check is None and poison is None
-                 and fast_math is None and env[1] in _OFF and env[2] in _OFF)
+                 and fast_math is None and num_stages is None and env[1] in _OFF
+                 and env[2] in _OFF)
         if plain and type(grid) is tuple:
             fk = self._fast_key(args, kwargs, env[0])
             if fk is not None:
@@ -159,20 +234,22 @@ class JITFunction:
                     return hit[0]
         else:
             fk = None
-        values, sigs, bound, cx, backend, num_warps, check, m16, fast = self._specialise(
-            args, kwargs, backend, num_warps, check, fast_math, env)
+        if self._shared:
+            kwargs, backend, num_warps, check, poison, fast_math, num_stages = self._route(
+                kwargs, backend, num_warps, check, poison, fast_math, num_stages)
+        values, key, bound = self._specialise(args, kwargs, backend, num_warps, check,
+                                              fast_math, env, num_stages)
         g = normalize_grid(grid, lambda: dict(zip(self.signature.names, values)))
-        key = (sigs, m16, cx, num_warps, backend, check, fast)
         try:
             ck = self._cache[key]
         except KeyError:
-            ck = self._miss(key, values, sigs, backend, num_warps, check, True, m16, fast)
+            ck = self._miss(key, values, True)
         except TypeError:
             self._unhashable(values)
             raise
         if ck._handle is None:  # compiled by compile(): check the backend can run here
             from .registry import require_backend
-            require_backend(backend)
+            require_backend(key[K_BACKEND])
         if poison or (poison is None and env[2] not in (None, "", "0")):
             # NaN poison (kdsl/runtime/checked.py): overwrite every output before the launch
             from .checked import poison as fill_poison
@@ -192,18 +269,27 @@ class JITFunction:
                   ) -> tuple[tuple, list] | None:
         """(argument-class key, launch slots) of a plain launch, or None (use the full binder).
         Slots are what the direct launcher packs: array addresses and scalar values, in
-        runtime-parameter order."""
-        cxf = self._cx_flags
-        if len(args) > len(cxf):
+        runtime-parameter order (a runtime argument given None is a constexpr: no slot)."""
+        kinds = self._fast_kind
+        if len(args) > len(kinds):
             return None
         key: list[Any] = [env_backend, len(args)]
         slots: list[Any] = []
-        for v, cx in zip(args, cxf):
+        nrt = 0
+        for v, kind in zip(args, kinds):
             t = type(v)
-            if cx:
+            if kind == "cx":
                 key.append(t)
                 key.append(v)
-            elif t is _NDARRAY:
+                continue
+            nrt += 1
+            if kind != "rt":
+                if kind == "f64" and (t is float or t is int and -_I2F < v < _I2F):
+                    key.append("f64")
+                    slots.append(float(v))
+                    continue
+                return None
+            if t is _NDARRAY:
                 try:  # raises for read-only, non-C-contiguous and empty arrays
                     a = _ADDRESSOF(_FROM_BUFFER(v))
                 except (TypeError, ValueError, BufferError):
@@ -223,9 +309,11 @@ class JITFunction:
                 key.append(float)
                 key.append(None)
                 slots.append(v)
+            elif v is None:  # a compile-time None (Triton's constexpr specialisation)
+                key.append(None)
             else:
                 return None
-        if len(slots) != self._n_runtime:  # a runtime argument by keyword or by default
+        if nrt != self._n_runtime:  # a runtime argument by keyword or by default
             return None
         for k, v in kwargs.items():
             if k not in self._cx_names:
@@ -237,23 +325,69 @@ class JITFunction:
 
     def compile(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
                 check: bool | None = None, fast_math: bool | None = None,
-                **kwargs: Any) -> CompiledKernel:
+                num_stages: int | None = None, **kwargs: Any) -> CompiledKernel:
         """Compile for these arguments without running (no device needed for codegen)."""
-        values, sigs, _, cx, backend, num_warps, check, m16, fast = self._specialise(
-            args, kwargs, backend, num_warps, check, fast_math)
-        key = (sigs, m16, cx, num_warps, backend, check, fast)
+        if self._shared:
+            kwargs, backend, num_warps, check, _, fast_math, num_stages = self._route(
+                kwargs, backend, num_warps, check, None, fast_math, num_stages)
+        values, key, _ = self._specialise(args, kwargs, backend, num_warps, check, fast_math,
+                                          None, num_stages)
         try:
             ck = self._cache.get(key)
         except TypeError:
             self._unhashable(values)
             raise
-        return ck if ck is not None else self._miss(
-            key, values, sigs, backend, num_warps, check, False, m16, fast)
+        return ck if ck is not None else self._miss(key, values, False)
 
     # -- internals -----------------------------------------------------------------------
 
-    def _specialise(self, args, kwargs, backend, num_warps, check, fast_math=None, env=None):
+    def _route(self, kwargs, backend, num_warps, check, poison, fast_math, num_stages):
+        """Launch keywords that are also parameter names: Triton's options (num_warps, ...)
+        bind the parameter AND set the option, as in Triton; kdsl's own keywords (backend,
+        check, poison, fast_math) bind the parameter only."""
+        shared = self._shared
+        kwargs = dict(kwargs)
+        for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
+            if name in shared and v is not None:
+                kwargs[name] = v
+        own = {"backend": backend, "check": check, "poison": poison, "fast_math": fast_math}
+        for name in KDSL_KEYWORDS:
+            if name in shared and own[name] is not None:
+                kwargs[name] = own[name]
+                own[name] = None
+        return (kwargs, own["backend"], num_warps, own["check"], own["poison"],
+                own["fast_math"], num_stages)
+
+    def _split(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(parameter keywords, launch options) of the keywords of a launch."""
+        index = self.signature.index
+        params, opts = {}, {}
+        for k, v in kwargs.items():
+            if k in index:
+                params[k] = v
+                if k in OPTIONS:  # a parameter named like an option is both
+                    opts[k] = v
+            elif k in OPTIONS:
+                opts[k] = v
+            else:
+                raise TypeError(f"unknown keyword argument {k!r}; the kernel's parameters are: "
+                                f"{', '.join(self.signature.names)} (launch options: backend, "
+                                f"num_warps, check, poison, fast_math and Triton's, "
+                                f"docs/language.md \"Launching\")")
+        return params, opts
+
+    def _specialise(self, args, kwargs, backend, num_warps, check, fast_math=None, env=None,
+                    num_stages=None) -> tuple[list[Any], tuple, list]:
+        """(parameter values, specialisation key, bound runtime arguments) of a launch."""
         # The launch hot path: index tables precomputed in __init__, one pass per kind.
+        opts: tuple = ()
+        if kwargs and (not kwargs.keys() <= self._names
+                       or (self._shared and not self._shared.isdisjoint(kwargs))):
+            kwargs, given = self._split(kwargs)
+            keyed = parse_options(given)
+            if "num_stages" in keyed:
+                num_stages = keyed.pop("num_stages")
+            opts = tuple(keyed.items())
         values = self.signature.bind(args, kwargs)
         cx = []
         for i in self._cx_index:
@@ -265,12 +399,23 @@ class JITFunction:
         sigs = []
         bound = []
         m16 = []
+        rt_cx = ()
         owner = owner_arg = None
-        for i, name in self._rt_index:
-            s, ba, own = bind_arg(name, values[i])
+        for i, name, ann, spec in self._rt:
+            v = values[i]
+            if v is None or type(v).__name__ == "constexpr":
+                # Triton specialises None (and a constexpr) as a compile-time constant: the
+                # parameter leaves the runtime signature (`if ptr is not None:` is static)
+                if v is not None:
+                    v = values[i] = v.value
+                sigs.append("constexpr")
+                m16.append(False)
+                rt_cx += ((name, type(v), v),)
+                continue
+            s, ba, own = bind_arg(name, v) if ann is None else bind_annotated(name, v, ann)
             sigs.append(s)
             bound.append(ba)
-            m16.append(multiple_of_16(ba))
+            m16.append(spec and multiple_of_16(ba))
             if own is not None:
                 if owner is not None and own != owner:
                     raise ValueError(f"argument {name!r} is a {own} device array but argument "
@@ -285,64 +430,77 @@ class JITFunction:
                              f"{backend!r} cannot use")
         if num_warps is None:
             num_warps = self.default_num_warps or 4
+        num_stages = DEFAULT_NUM_STAGES if num_stages is None else check_num_stages(num_stages)
         if check is None:
             check = env[1] not in (None, "", "0")
         fast = self.default_fast_math if fast_math is None else bool(fast_math)
-        return (values, tuple(sigs), bound, tuple(cx), backend, num_warps, bool(check),
-                tuple(m16), fast)
+        key = (tuple(sigs), tuple(m16), tuple(cx), num_warps, backend, bool(check), fast,
+               num_stages, opts, rt_cx)
+        return values, key, bound
 
     def _unhashable(self, values: list[Any]) -> None:
-        for name, is_cx, v in zip(self.signature.names, self.signature.is_constexpr, values):
-            if is_cx:
-                try:
-                    hash(v)
-                except TypeError:
+        for name, v in zip(self.signature.names, values):
+            try:
+                hash(v)
+            except TypeError:  # a constexpr, or a compile-time value given to a runtime one
+                if name in self._cx_names or not hasattr(v, "shape"):
                     raise TypeError(f"constexpr argument {name!r}: value of type "
                                     f"{type(v).__name__} is not hashable") from None
 
     def identity(self) -> str:
         """Text identifying this kernel's code (and its helpers') for the disk cache."""
         if self._identity is None:
-            self._identity = "\n".join(_kernel_identity(self.fn))
+            parts = _kernel_identity(self.fn)
+            if self.version is not None:  # Triton's `version=`: a user-chosen cache epoch
+                parts.append(f"version={self.version!r}")
+            self._identity = "\n".join(parts)
         return self._identity
 
-    def _miss(self, key, values, sigs, backend, num_warps, check, build, m16=(),
-              fast=False) -> CompiledKernel:
+    def _miss(self, key: tuple, values: list[Any], build: bool) -> CompiledKernel:
         from kdsl import __version__
         from kdsl.backends import get_backend
 
         from .cache import cached_compile
         from .registry import require_backend
 
+        sigs, m16, num_warps, backend = key[K_SIGS], key[K_M16], key[K_WARPS], key[K_BACKEND]
+        check, fast, num_stages, opts = key[K_CHECK], key[K_FAST], key[K_STAGES], key[K_OPTS]
         be = require_backend(backend) if build else get_backend(backend)
         if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps <= 0 \
                 or num_warps & (num_warps - 1):
             raise ValueError(f"num_warps: expected a positive power of two, got {num_warps!r}")
         sig = self.signature
-        arg_types = {n: sig_type(s) for n, s in zip(sig.runtime_names, sigs)}
+        arg_types = {n: sig_type(s) for n, s in zip(sig.runtime_names, sigs)
+                     if s != "constexpr"}
         constexprs = {n: v for n, v, c in zip(sig.names, values, sig.is_constexpr) if c}
+        rt_cx = {n: v for n, _, v in key[K_RTCX]}
+        constexprs.update(rt_cx)
         aligned = tuple(n for n, a in zip(sig.runtime_names, m16) if a)
         spec = (tuple(zip(sig.runtime_names, sigs)),
                 tuple((n, type(v).__qualname__, v) for n, v in constexprs.items()),
-                num_warps, check, aligned, fast)
-        ck = cached_compile(_Specialised(self, aligned, fast), arg_types, constexprs, be, num_warps, check,
-                            sources=self.identity(), spec=spec, version=__version__,
-                            build=build)
+                num_warps, check, aligned, fast, num_stages, opts)
+        ck = cached_compile(_Specialised(self, aligned, fast, num_stages, opts), arg_types,
+                            constexprs, be, num_warps, check, sources=self.identity(),
+                            spec=spec, version=__version__, build=build)
         self._cache[key] = ck
         return ck
 
 
 class _Specialised:
     """The kernel as one compile sees it: `fn` plus the specialisation options that
-    `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`)."""
+    `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`, `num_stages` and the
+    code-changing launch `options`)."""
 
-    __slots__ = ("jit", "fn", "multiple_of_16", "fast_math")
+    __slots__ = ("fast_math", "fn", "jit", "multiple_of_16", "num_stages", "options")
 
-    def __init__(self, jit: JITFunction, multiple_of_16: tuple[str, ...], fast_math: bool):
+    def __init__(self, jit: JITFunction, multiple_of_16: tuple[str, ...], fast_math: bool,
+                 num_stages: int = DEFAULT_NUM_STAGES, options: tuple = ()):
         self.jit = jit
         self.fn = jit.fn
         self.multiple_of_16 = multiple_of_16
         self.fast_math = fast_math
+        self.num_stages = num_stages
+        self.options = dict(options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.jit, name)
@@ -359,17 +517,29 @@ class _Launcher:
 
     def __call__(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
                  check: bool | None = None, poison: bool | None = None,
-                 fast_math: bool | None = None, **kwargs: Any) -> CompiledKernel:
+                 fast_math: bool | None = None, num_stages: int | None = None,
+                 **kwargs: Any) -> CompiledKernel:
         return self.jit._run(self.grid, args, kwargs, backend, num_warps, check, poison,
-                             fast_math)
+                             fast_math, num_stages)
 
 
 def jit(fn: Callable | None = None, *, num_warps: int | None = None,
-        backend: str | None = None, fast_math: bool = False) -> Any:
-    """Decorator: `@kd.jit` or `@kd.jit(num_warps=8, backend="opencl", fast_math=True)`
-    (launch defaults; fast_math off means IEEE float semantics)."""
+        backend: str | None = None, fast_math: bool = False, version: Any = None,
+        repr: Callable | None = None, launch_metadata: Callable | None = None,
+        do_not_specialize: Any = None, do_not_specialize_on_alignment: Any = None,
+        debug: bool | None = None, noinline: bool | None = None) -> Any:
+    """Decorator: `@kd.jit`, `@kd.jit()` or `@kd.jit(num_warps=8, backend="opencl",
+    fast_math=True)` (launch defaults; fast_math off means IEEE float semantics), with
+    Triton's arguments: `do_not_specialize` / `do_not_specialize_on_alignment` (parameter
+    names or indices kept out of the `% 16` specialisation), `version`, `repr`,
+    `launch_metadata`, `debug`, `noinline` (docs/language.md "Launching")."""
+    opts = {"num_warps": num_warps, "backend": backend, "fast_math": fast_math,
+            "version": version, "repr": repr, "launch_metadata": launch_metadata,
+            "do_not_specialize": do_not_specialize,
+            "do_not_specialize_on_alignment": do_not_specialize_on_alignment, "debug": debug,
+            "noinline": noinline}
     if fn is None:
-        return lambda f: jit(f, num_warps=num_warps, backend=backend, fast_math=fast_math)
+        return lambda f: jit(f, **opts)
     if isinstance(fn, JITFunction):
         return fn
-    return JITFunction(fn, num_warps=num_warps, backend=backend, fast_math=fast_math)
+    return JITFunction(fn, **opts)
