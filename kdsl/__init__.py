@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 from . import testing
 from .autotune import Config, autotune
-from .errors import CompilationError, OutOfBoundsError
+from .errors import CompilationError, DebugWarning, DeviceAssertionError, OutOfBoundsError
 from .language import *  # noqa: F401,F403  (kd.program_id, kd.load, kd.float16, kd.constexpr, ...)
 from .language import __all__ as _language_all
 from .runtime.jit import JITFunction, jit
@@ -17,5 +17,6 @@ from .runtime.registry import available_backends
 
 __all__ = [  # noqa: PLE0604  (the language names are listed by kdsl.language)
     "__version__", "testing", "autotune", "Config", "CompilationError", "OutOfBoundsError",
+    "DeviceAssertionError", "DebugWarning",
     "JITFunction", "jit", "available_backends", *_language_all,
 ]

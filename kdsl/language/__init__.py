@@ -9,6 +9,13 @@ from .core import (
     argmax,
     argmin,
     atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_max,
+    atomic_min,
+    atomic_or,
+    atomic_xchg,
+    atomic_xor,
     bfloat16,
     broadcast,
     broadcast_to,
@@ -18,6 +25,9 @@ from .core import (
     clamp,
     constexpr,
     cos,
+    debug_barrier,
+    device_assert,
+    device_print,
     dot,
     erf,
     exp,
@@ -54,6 +64,7 @@ from .core import (
     sin,
     sqrt,
     static_assert,
+    static_print,
     static_range,
     store,
     sum,
@@ -75,7 +86,8 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # creation
     "zeros", "zeros_like", "full",
     # memory
-    "load", "store", "atomic_add",
+    "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or",
+    "atomic_xor", "atomic_xchg", "atomic_cas",
     # math
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
     "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
@@ -92,4 +104,6 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "uint8", "uint16", "uint32", "uint64", "pointer_type", "cast", "constexpr",
     # compile time
     "static_range", "static_assert",
+    # debugging
+    "debug_barrier", "static_print", "device_print", "device_assert",
 ]

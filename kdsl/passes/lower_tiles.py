@@ -55,7 +55,8 @@ from kdsl.ir.loop import (
     Array,
     ArrayStore,
     Assign,
-    AtomicAdd,
+    AtomicCAS,
+    AtomicRMW,
     Barrier,
     Binary,
     Const,
@@ -77,6 +78,7 @@ from kdsl.target import Target
 from . import lower_index as ix
 from .lower_analysis import ALIASES, addressed_operands, aliases, stored_params, users
 from .lower_control import lower_for, lower_if, lower_while
+from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
 from .lower_dot import dot_strategy
 from .lower_elementwise import ELEMENTWISE, register_type
 from .lower_reduce import lower_reduce
@@ -626,7 +628,7 @@ class Lowerer:
             self._result_var(op.result, Load(xs[0], *_mask_other(xs), loc=op.loc))
         elif k == "store":
             self.emit(self._once(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc)))
-        elif k == "atomic_add":
+        elif k in tile.ATOMIC_OPS:
             self._scalar_atomic(op, xs)
         else:
             self._result_var(op.result, ELEMENTWISE[k](op, xs, ix.c32(0)))
@@ -636,18 +638,22 @@ class Lowerer:
         return stmt if self.T == 1 else If(Binary("eq", self.tid, ix.c32(0)), [stmt])
 
     def _scalar_atomic(self, op: tile.Op, xs: list[Expr]) -> None:
+        """Thread 0 performs a scalar atomic once per program.  With several threads, the
+        stores the other threads made before it are complete first (a barrier) when it
+        releases, and their later accesses wait for it (a barrier) when it acquires or its old
+        value is used, which reaches every thread through shared memory."""
         used = bool(self.users.get(op.result.id))
         res = self.var(op.result.name or "old", register_type(op.result.type)) if used else None
-        mask = xs[2] if len(xs) > 2 else None
-        if self.T == 1 or not used:
-            self.emit(self._once(AtomicAdd(xs[0], xs[1], mask, res, loc=op.loc)))
-        else:
-            # Thread 0 performs it; the old value reaches every thread through shared memory.
-            slot = self.shared("old_sh", res.dtype, 1)
+        sem = op.attrs.get("sem", "acq_rel")
+        slot = self.shared("old_sh", res.dtype, 1) if used and self.T > 1 else None
+        if slot is not None or sem in ("release", "acq_rel"):
             self.barrier()
-            self.emit(self._once(AtomicAdd(xs[0], xs[1], mask, res, loc=op.loc)))
+        self.emit(self._once(_atomic_stmt(op, xs, res)))
+        if slot is not None:
             self.emit(self._once(ArrayStore(slot, ix.c32(0), res)))
+        if slot is not None or sem in ("acquire", "acq_rel"):
             self.barrier()
+        if slot is not None:
             self.emit(Assign(res, Index(slot, ix.c32(0))))
         if res is not None:
             self.scalars[op.result.id] = res
@@ -683,12 +689,11 @@ class Lowerer:
         elif k == "store":
             g.body.append(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc))
             g.effects = True
-        elif k == "atomic_add":
+        elif k in tile.ATOMIC_OPS:
             res = None
             if self.users.get(op.result.id):
                 res = self.var(op.result.name or "old", register_type(op.result.type))
-            g.body.append(AtomicAdd(xs[0], xs[1], xs[2] if len(xs) > 2 else None, res,
-                                    loc=op.loc))
+            g.body.append(_atomic_stmt(op, xs, res))
             g.effects = True
             if res is not None:
                 self.cur[op.result.id] = res
@@ -822,15 +827,26 @@ def _lower_dot(L: Lowerer, op: tile.Op) -> None:
     dot_strategy(L.target)(L, op)
 
 
+def _atomic_stmt(op: tile.Op, xs: list[Expr], res: Var | None) -> Stmt:
+    """The Loop IR statement of an `atomic_rmw`/`atomic_cas` op with operand values `xs`."""
+    sem, scope = op.attrs.get("sem", "acq_rel"), op.attrs.get("scope", "gpu")
+    if op.kind == "atomic_cas":
+        mask = xs[3] if len(xs) > 3 else None
+        return AtomicCAS(xs[0], xs[1], xs[2], mask, res, op.loc, sem, scope)
+    mask = xs[2] if len(xs) > 2 else None
+    return AtomicRMW(op.attrs["op"], xs[0], xs[1], mask, res, op.loc, sem, scope)
+
+
 # Non-fusable ops -> their lowering.
 _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
-    "reduce": lower_reduce, "dot": _lower_dot,
+    "reduce": lower_reduce, "dot": _lower_dot, **DEBUG_LOWERINGS,
 }
 
 
 def lower(fn: tile.Function, target: Target) -> Kernel:
     """Lower a Tile IR function to the Loop IR kernel run by each program instance."""
+    drop_breakpoints(fn, target)
     L = Lowerer(fn, target)
     params = []
     for p in fn.runtime_params:

@@ -1,6 +1,7 @@
 """The launch side of the debugging modes: checked launches and NaN poison.
 
-Checked mode (`check=True`, `KDSL_CHECK=1`): the compiler (`kdsl/passes/checks.py`) appended
+Checked mode (`check=True`, `KDSL_CHECK=1`) and debug mode's device assertions
+(`debug=True`, `KDSL_DEBUG=1`, raising `kd.DeviceAssertionError`): the compiler (`kdsl/passes/checks.py`) appended
 hidden parameters to the kernel and recorded `attrs["checks"]`.  `run_checked` appends their
 values (the element count of each array argument, then a zeroed int64 error record), launches,
 reads the record back and raises `kd.OutOfBoundsError` naming the kernel, the source file, line
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from kdsl.backends.base import BoundArg
-from kdsl.errors import OutOfBoundsError
+from kdsl.errors import DeviceAssertionError, OutOfBoundsError
 from kdsl.ir import types as T
 from kdsl.passes.checks import ERROR_PARAM, ERROR_WORDS, EXTENT_PREFIX, Site
 
@@ -46,7 +47,26 @@ def hidden_args(info: dict[str, Any], args: list[BoundArg]) -> tuple[list[BoundA
     return extra, record
 
 
-def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]) -> OutOfBoundsError:
+def _assertion(info: dict[str, Any], site: Site, count: int, pid: tuple[int, int, int],
+               value: int) -> DeviceAssertionError:
+    """The error of a failed device assertion (debug mode): the first failing lane."""
+    kernel = info["kernel"]
+    text = f"\n    {site.text}" if site.text else ""
+    shape = site.shape or ()
+    element = f", element {tuple(int(i) for i in np.unravel_index(value, shape))}" if shape \
+        else ""
+    msg = (f"kernel {kernel!r}: device assertion failed at {site.file}:{site.line}{text}\n"
+           f"{site.msg or '(no message)'} (in program_id {pid}{element})")
+    if count > 1:
+        msg += f" ({count} assertions failed in all; the first recorded is shown)"
+    err = DeviceAssertionError(msg)
+    err.kernel, err.file, err.line, err.source = kernel, site.file, site.line, site.text
+    err.msg, err.program_id = site.msg or "", pid
+    return err
+
+
+def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]
+              ) -> OutOfBoundsError | DeviceAssertionError:
     """The exception describing the violation in a non-zero error `record`."""
     count, site_id, p0, p1, p2, value = (int(x) for x in record[:6])
     site: Site = info["sites"][site_id]
@@ -54,7 +74,9 @@ def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]) ->
     where = f"{site.file}:{site.line}"
     text = f"\n    {site.text}" if site.text else ""
     pid = (p0, p1, p2)
-    if site.kind in ("load", "store", "atomic_add"):
+    if site.kind == "assert":
+        return _assertion(info, site, count, pid, value)
+    if site.kind in ("load", "store") or site.kind.startswith("atomic_"):
         extent = next((a.numel for a in args if a.name == site.arg), None)
         bounds = f" outside [0, {extent})" if extent is not None else ""
         msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"
