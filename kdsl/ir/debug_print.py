@@ -103,13 +103,14 @@ def stop_at_breakpoint(op: Any, values: list, pid: tuple[int, int, int], params:
                        buffers: list) -> None:
     """`breakpoint()` in a kernel (interp backend): Python's breakpoint hook (pdb unless
     PYTHONBREAKPOINT says otherwise) in a frame whose local names are the kernel's variables
-    at that line (NumPy values; a pointer is an `interp.Ptr` into `arrays[name]`), `pid` and
-    `arrays` (the argument arrays by parameter name)."""
+    at that line (NumPy values; a pointer is an `interp.Ptr` into `arrays[name]`), and, unless
+    the kernel uses these names, `program_id` (a tuple) and `arrays` (the argument arrays by
+    parameter name)."""
     names = op.attrs.get("names", ())
     env: dict[str, Any] = dict(op.attrs.get("consts", ()))
     env.update(zip(names, values))
-    env["pid"] = pid
-    env["arrays"] = {p.name: b for p, b in zip(params, buffers) if b is not None}
+    env.setdefault("program_id", pid)
+    env.setdefault("arrays", {p.name: b for p, b in zip(params, buffers) if b is not None})
     where = f"{op.loc.file}:{op.loc.line}"
     code = compile("breakpoint()  # the kernel's values are local names here\n",
                    f"<kdsl breakpoint at {where}>", "exec")

@@ -22,6 +22,10 @@ the precise errors; a successful full launch then records the fast entry.
 
 `fast_math` (default off: IEEE semantics) lets the backends reassociate and contract float
 math (`kernel.attrs["fast_math"]`); it is part of the key, so both variants can coexist.
+
+`debug` (`@kd.jit(debug=True)`, the launch option `debug=True`, or `KDSL_DEBUG=1`, as Triton's
+TRITON_DEBUG) turns `kd.device_assert` on (`fn.attrs["debug"]`, docs/debugging.md); it is part
+of the key too, and a kernel compiled without it has no trace of its assertions.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import numpy as np
 
 from .binding import Signature, bind_arg, multiple_of_16, normalize_grid, sig_type
 from .compiler import CompiledKernel
-from .env import launch_flags
+from .env import getenv, launch_flags
 
 _SIMPLE_CONSTS = (int, float, str, bool, complex, type(None))
 _NDARRAY = np.ndarray
@@ -93,7 +97,8 @@ class JITFunction:
     """A kernel: the decorated Python function plus its compiled specialisations."""
 
     def __init__(self, fn: Callable, *, num_warps: int | None = None,
-                 backend: str | None = None, fast_math: bool = False):
+                 backend: str | None = None, fast_math: bool = False,
+                 debug: bool | None = None):
         if not inspect.isfunction(fn):
             raise TypeError(f"@kd.jit expects a Python function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -108,6 +113,7 @@ class JITFunction:
         self.default_num_warps = num_warps
         self.default_backend = backend
         self.default_fast_math = bool(fast_math)
+        self.default_debug = debug
         self._cache: dict[tuple, CompiledKernel] = {}
         self._identity: str | None = None
         # the fast launch path: argument classes -> (CompiledKernel, direct launcher); valid
@@ -146,7 +152,8 @@ class JITFunction:
              poison=None, fast_math=None) -> CompiledKernel:
         env = launch_flags()
         plain = (backend is None and num_warps is None and check is None and poison is None
-                 and fast_math is None and env[1] in _OFF and env[2] in _OFF)
+                 and fast_math is None and env[1] in _OFF and env[2] in _OFF
+                 and getenv("KDSL_DEBUG") in _OFF)
         if plain and type(grid) is tuple:
             fk = self._fast_key(args, kwargs, env[0])
             if fk is not None:
@@ -159,14 +166,16 @@ class JITFunction:
                     return hit[0]
         else:
             fk = None
+        debug = self._debug(kwargs)
         values, sigs, bound, cx, backend, num_warps, check, m16, fast = self._specialise(
             args, kwargs, backend, num_warps, check, fast_math, env)
         g = normalize_grid(grid, lambda: dict(zip(self.signature.names, values)))
-        key = (sigs, m16, cx, num_warps, backend, check, fast)
+        key = (sigs, m16, cx, num_warps, backend, check, fast, debug)
         try:
             ck = self._cache[key]
         except KeyError:
-            ck = self._miss(key, values, sigs, backend, num_warps, check, True, m16, fast)
+            ck = self._miss(key, values, sigs, backend, num_warps, check, True, m16, fast,
+                            debug)
         except TypeError:
             self._unhashable(values)
             raise
@@ -239,18 +248,29 @@ class JITFunction:
                 check: bool | None = None, fast_math: bool | None = None,
                 **kwargs: Any) -> CompiledKernel:
         """Compile for these arguments without running (no device needed for codegen)."""
+        debug = self._debug(kwargs)
         values, sigs, _, cx, backend, num_warps, check, m16, fast = self._specialise(
             args, kwargs, backend, num_warps, check, fast_math)
-        key = (sigs, m16, cx, num_warps, backend, check, fast)
+        key = (sigs, m16, cx, num_warps, backend, check, fast, debug)
         try:
             ck = self._cache.get(key)
         except TypeError:
             self._unhashable(values)
             raise
         return ck if ck is not None else self._miss(
-            key, values, sigs, backend, num_warps, check, False, m16, fast)
+            key, values, sigs, backend, num_warps, check, False, m16, fast, debug)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _debug(self, kwargs: dict[str, Any]) -> bool:
+        """The debug switch of a launch: the `debug=` option (taken out of `kwargs`, unless the
+        kernel has a parameter of that name), else `@kd.jit(debug=...)`, else KDSL_DEBUG."""
+        d = kwargs.pop("debug", None) if "debug" not in self.signature.names else None
+        if d is None:
+            d = self.default_debug
+        if d is None:
+            d = getenv("KDSL_DEBUG") not in _OFF
+        return bool(d)
 
     def _specialise(self, args, kwargs, backend, num_warps, check, fast_math=None, env=None):
         # The launch hot path: index tables precomputed in __init__, one pass per kind.
@@ -307,7 +327,7 @@ class JITFunction:
         return self._identity
 
     def _miss(self, key, values, sigs, backend, num_warps, check, build, m16=(),
-              fast=False) -> CompiledKernel:
+              fast=False, debug=False) -> CompiledKernel:
         from kdsl import __version__
         from kdsl.backends import get_backend
 
@@ -324,8 +344,8 @@ class JITFunction:
         aligned = tuple(n for n, a in zip(sig.runtime_names, m16) if a)
         spec = (tuple(zip(sig.runtime_names, sigs)),
                 tuple((n, type(v).__qualname__, v) for n, v in constexprs.items()),
-                num_warps, check, aligned, fast)
-        ck = cached_compile(_Specialised(self, aligned, fast), arg_types, constexprs, be, num_warps, check,
+                num_warps, check, aligned, fast) + ((("debug", True),) if debug else ())
+        ck = cached_compile(_Specialised(self, aligned, fast, debug), arg_types, constexprs, be, num_warps, check,
                             sources=self.identity(), spec=spec, version=__version__,
                             build=build)
         self._cache[key] = ck
@@ -334,15 +354,17 @@ class JITFunction:
 
 class _Specialised:
     """The kernel as one compile sees it: `fn` plus the specialisation options that
-    `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`)."""
+    `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`, `debug`)."""
 
-    __slots__ = ("jit", "fn", "multiple_of_16", "fast_math")
+    __slots__ = ("jit", "fn", "multiple_of_16", "fast_math", "debug")
 
-    def __init__(self, jit: JITFunction, multiple_of_16: tuple[str, ...], fast_math: bool):
+    def __init__(self, jit: JITFunction, multiple_of_16: tuple[str, ...], fast_math: bool,
+                 debug: bool = False):
         self.jit = jit
         self.fn = jit.fn
         self.multiple_of_16 = multiple_of_16
         self.fast_math = fast_math
+        self.debug = debug
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.jit, name)
@@ -365,11 +387,14 @@ class _Launcher:
 
 
 def jit(fn: Callable | None = None, *, num_warps: int | None = None,
-        backend: str | None = None, fast_math: bool = False) -> Any:
+        backend: str | None = None, fast_math: bool = False, debug: bool | None = None) -> Any:
     """Decorator: `@kd.jit` or `@kd.jit(num_warps=8, backend="opencl", fast_math=True)`
-    (launch defaults; fast_math off means IEEE float semantics)."""
+    (launch defaults; fast_math off means IEEE float semantics; `debug=True` turns device
+    assertions on, None follows KDSL_DEBUG)."""
     if fn is None:
-        return lambda f: jit(f, num_warps=num_warps, backend=backend, fast_math=fast_math)
+        return lambda f: jit(f, num_warps=num_warps, backend=backend, fast_math=fast_math,
+                             debug=debug)
     if isinstance(fn, JITFunction):
         return fn
-    return JITFunction(fn, num_warps=num_warps, backend=backend, fast_math=fast_math)
+    return JITFunction(fn, num_warps=num_warps, backend=backend, fast_math=fast_math,
+                       debug=debug)
