@@ -80,7 +80,7 @@ from .lower_analysis import ALIASES, addressed_operands, aliases, stored_params,
 from .lower_control import lower_for, lower_if, lower_while
 from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
 from .lower_dot import dot_strategy
-from .lower_elementwise import ELEMENTWISE, register_type
+from .lower_elementwise import ELEMENTWISE, const, register_type
 from .lower_reduce import lower_reduce
 from .lower_vector import VecGroup, Vectorizer, element_index
 
@@ -648,7 +648,8 @@ class Lowerer:
         slot = self.shared("old_sh", res.dtype, 1) if used and self.T > 1 else None
         if slot is not None or sem in ("release", "acq_rel"):
             self.barrier()
-        self.emit(self._once(_atomic_stmt(op, xs, res)))
+        for stmt in _atomic_stmts(op, xs, res):
+            self.emit(self._once(stmt))
         if slot is not None:
             self.emit(self._once(ArrayStore(slot, ix.c32(0), res)))
         if slot is not None or sem in ("acquire", "acq_rel"):
@@ -693,7 +694,7 @@ class Lowerer:
             res = None
             if self.users.get(op.result.id):
                 res = self.var(op.result.name or "old", register_type(op.result.type))
-            g.body.append(_atomic_stmt(op, xs, res))
+            g.body.extend(_atomic_stmts(op, xs, res))
             g.effects = True
             if res is not None:
                 self.cur[op.result.id] = res
@@ -827,14 +828,19 @@ def _lower_dot(L: Lowerer, op: tile.Op) -> None:
     dot_strategy(L.target)(L, op)
 
 
-def _atomic_stmt(op: tile.Op, xs: list[Expr], res: Var | None) -> Stmt:
-    """The Loop IR statement of an `atomic_rmw`/`atomic_cas` op with operand values `xs`."""
+def _atomic_stmts(op: tile.Op, xs: list[Expr], res: Var | None) -> list[Stmt]:
+    """The Loop IR of an `atomic_rmw`/`atomic_cas` op with operand values `xs`.  A masked-off
+    lane's old value is 0, as in the interpreter."""
     sem, scope = op.attrs.get("sem", "acq_rel"), op.attrs.get("scope", "gpu")
     if op.kind == "atomic_cas":
         mask = xs[3] if len(xs) > 3 else None
-        return AtomicCAS(xs[0], xs[1], xs[2], mask, res, op.loc, sem, scope)
-    mask = xs[2] if len(xs) > 2 else None
-    return AtomicRMW(op.attrs["op"], xs[0], xs[1], mask, res, op.loc, sem, scope)
+        stmt: Stmt = AtomicCAS(xs[0], xs[1], xs[2], mask, res, op.loc, sem, scope)
+    else:
+        mask = xs[2] if len(xs) > 2 else None
+        stmt = AtomicRMW(op.attrs["op"], xs[0], xs[1], mask, res, op.loc, sem, scope)
+    if mask is None or res is None:
+        return [stmt]
+    return [Assign(res, const(0, op.result.type.elem)), stmt]
 
 
 # Non-fusable ops -> their lowering.
