@@ -236,7 +236,7 @@ def test_breakpoint(backend, monkeypatch):
     def k(x_ptr, BLOCK: kd.constexpr):
         offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
         x = kd.load(x_ptr + offs)
-        breakpoint()
+        breakpoint()  # noqa: T100 - the feature under test
         kd.store(x_ptr + offs, x + 1)
 
     stops = []

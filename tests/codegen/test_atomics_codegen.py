@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kdsl.backends import cuda
 
 import kdsl as kd
-from kdsl.backends import cuda
 from kdsl.ir.atomics import CAS_DTYPES, RMW_DTYPES
 from kdsl.runtime.binding import bfloat16_view
 
