@@ -595,9 +595,15 @@ class CodeGenerator(ast.NodeVisitor):
             if unknown:
                 raise semantic.error(f"print() in a kernel takes no {sorted(unknown)} (it is "
                                      "kd.device_print(prefix, *values, hex=False))")
-            prefix, values = (args[0], args[1:]) if args and isinstance(args[0], str) \
-                else ("", args)
-            return semantic.device_print(self.b, prefix, values, kwargs.get("hex", False))
+            # Leading compile-time values that are not numbers (strings, dtypes, tuples) form
+            # the prefix, as Python would print them; numbers and runtime values are printed
+            # values (Triton's print(prefix, *values) is the case of one leading string).
+            n = 0
+            while n < len(args) and not (semantic.is_value(args[n])
+                                         or semantic.is_scalar_const(args[n])):
+                n += 1
+            prefix = " ".join(str(a) for a in args[:n])
+            return semantic.device_print(self.b, prefix, args[n:], kwargs.get("hex", False))
         if fn is builtins.breakpoint:
             return self.breakpoint()
         if fn in _PY_MINMAX and any(semantic.is_value(a) for a in args):

@@ -130,8 +130,8 @@ def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any]
         fn.attrs["multiple_of_16"] = aligned
     if getattr(jitfn, "fast_math", False):
         fn.attrs["fast_math"] = True
-    if getattr(jitfn, "debug", False):  # device assertions on (kdsl/passes/checks.py)
-        fn.attrs["debug"] = True
+    # device assertions on or off (kdsl/passes/checks.py)
+    fn.attrs["debug"] = bool(getattr(jitfn, "debug", False))
     ir: dict[str, str] = Stages(tile=print_function(fn))
     fn, stages = run_tile_passes(fn)
     ir.update(stages)

@@ -172,6 +172,18 @@ def test_index_padding_and_prefix_spacing(capfd):
     assert lines[16] == "pid (0, 0, 0) idx () v=: 3"
 
 
+def test_print_of_compile_time_values(capfd):
+    @kd.jit
+    def k(x_ptr, BLOCK: kd.constexpr):
+        x = kd.load(x_ptr + kd.arange(0, BLOCK))
+        print("x", x.dtype, (BLOCK, 2), BLOCK, x.shape[0] * 2)
+
+    k[(1,)](np.zeros(4, np.float32), BLOCK=4, backend="interp")
+    assert capfd.readouterr().out.splitlines() == [
+        "pid (0, 0, 0) idx () x float32 (4, 2): (operand 0) 4",
+        "pid (0, 0, 0) idx () x float32 (4, 2): (operand 1) 8"]
+
+
 def test_static_print_runs_at_compile_time(capsys):
     @kd.jit
     def k(x_ptr, BLOCK: kd.constexpr):
