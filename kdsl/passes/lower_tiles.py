@@ -672,6 +672,11 @@ class Lowerer:
         if (k in tile.SIDE_EFFECTS or k == "load") and self.group is not None \
                 and self.group.vec is not None and self.group.vec.post:
             self.close()  # deferred vector stores come before the next memory access
+        sem = op.attrs.get("sem") if k in tile.ATOMIC_OPS else None
+        if sem in ("release", "acq_rel"):
+            # A group runs its ops element after element: every earlier access of this
+            # thread, of every element, must come before the first of its atomics.
+            self.close()
         g = self.open_group(prod(shape), shape)
         g.ops.add(id(op))
         if k in GATHERS:
@@ -699,6 +704,8 @@ class Lowerer:
             if res is not None:
                 self.cur[op.result.id] = res
                 g.values.append(op.result)
+            if sem in ("acquire", "acq_rel"):
+                self.close()  # and every later access after the last of them
         else:
             self.bind(op.result, ELEMENTWISE[k](op, xs, g.e), g)
 

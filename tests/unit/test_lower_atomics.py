@@ -187,3 +187,20 @@ def test_breakpoint_is_dropped_with_a_warning_when_compiled():
         kern = lower(fn, Target("cpu", threads=1))
     assert [w.category for w in caught] == [kd.DebugWarning]
     assert "breakpoint" not in loop.print_kernel(kern)
+
+
+@pytest.mark.parametrize("sem, groups", [("relaxed", 1), ("release", 2), ("acquire", 2),
+                                         ("acq_rel", 3)])
+def test_tile_atomics_keep_memory_order(sem, groups):
+    """A group runs element after element, so an atomic that releases (acquires) must not
+    share it with the accesses before (after) it."""
+    def k(p_ptr, q_ptr, SEM: kd.constexpr):
+        offs = kd.arange(0, 16)
+        kd.store(q_ptr + offs, offs)
+        kd.atomic_add(p_ptr + offs, offs, sem=SEM)
+        kd.store(q_ptr + 16 + offs, offs)
+
+    fn = tile_fn(k, p_ptr=P(int32), q_ptr=P(int32), SEM=sem)
+    for t in (1, 4):
+        body = lower(fn, Target("t", threads=t)).body
+        assert sum(isinstance(s, loop.For) for s in body) == groups
