@@ -31,8 +31,11 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
+from kdsl.errors import CompilationError
 from kdsl.ir import loop
 from kdsl.ir.types import DType, PointerType
+
+from .c_atomics import AtomicSpelling
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -61,7 +64,7 @@ class CDialect:
     f16_store: str                      # statement format with {p}, {v}
     f16_round: str                      # format with {x}
     bitcast: str                        # format with {T}, {x}
-    atomic_add: Mapping[str, str]       # pointee DType name -> format with {p}, {v}
+    atomics: AtomicSpelling             # AtomicRMW/AtomicCAS forms and helpers (c_atomics.py)
     fast_math_option: str
     helper_qual: str                    # prefix of helper function definitions
     extra: Mapping[str, object] = field(default_factory=dict)  # template-only settings
@@ -86,6 +89,8 @@ class CDialect:
     # `dynamic_shared` names (`extern __shared__`), sized at launch.  Empty: always static.
     dynamic_shared: str = ""
     static_shared_bytes: int = 0
+    # printf length modifier of a 64-bit integer argument ("l" in OpenCL C, "ll" in CUDA)
+    printf_int64: str = "ll"
 
 
 # ----------------------------------------------------------------------------------- names
@@ -112,7 +117,10 @@ _CALLED = frozenset(
         "logf", "log2f", "sqrtf", "rsqrtf", "fabsf", "sinf", "cosf", "tanhf", "erff", "floorf",
         "ceilf", "fmodf", "powf", "fmaf", "fmaxf", "fminf", "llabs", "vload_half",
         "vstore_half_rte", "convert_half_rte", "atomic_add", "atom_add", "atomic_cmpxchg",
-        "atom_cmpxchg", "atomicAdd", "get_local_id", "get_group_id", "get_num_groups", "as_float",
+        "atom_cmpxchg", "atomicAdd", "atomicCAS", "atomicExch", "atomicMax", "atomicMin",
+        "atomicAnd", "atomicOr", "atomicXor", "atomic_xchg", "atomic_max", "atomic_min",
+        "atomic_and", "atomic_or", "atomic_xor", "atom_xchg", "atom_max", "atom_min", "atom_and",
+        "atom_or", "atom_xor", "mem_fence", "printf", "get_local_id", "get_group_id", "get_num_groups", "as_float",
         "as_uint", "as_int", "as_double", "as_long", "as_ulong", "memcpy"
     ]
 )
@@ -200,6 +208,8 @@ class CEmitter:
         self.specials: dict[str, str] = {}      # C name of an index set-up constant -> expr
         self.uses_fp64 = False
         self.uses_int64_atomics = False
+        self.uses_int64_ext_atomics = False
+        self.atomic_helpers: dict[str, str] = {}  # name -> C definition, in dependency order
         self.fast_math = bool(kernel.attrs.get("fast_math"))
         self.intrinsics: set[str] = set()       # Intrinsic names used (template defines them)
         self.expr_table: dict[type, Callable[[loop.Expr], str]] = {
@@ -211,7 +221,8 @@ class CEmitter:
         }
         self.stmt_table: dict[type, Callable[[loop.Stmt, str], list[str]]] = {
             loop.Assign: self._assign, loop.ArrayStore: self._array_store,
-            loop.Store: self._store, loop.AtomicAdd: self._atomic_add, loop.For: self._for,
+            loop.Store: self._store, loop.AtomicRMW: self._atomic, loop.AtomicCAS: self._atomic,
+            loop.Print: self._print, loop.For: self._for,
             loop.While: self._while, loop.If: self._if, loop.Barrier: self._barrier,
             loop.Comment: self._comment, loop.Intrinsic: self._intrinsic,
             loop.VecLoad: self._vec_load, loop.VecStore: self._vec_store,
@@ -437,19 +448,67 @@ class CEmitter:
         mask = self.expr(s.mask) if s.mask is not None else None
         return self._guard(mask, stmt, pad)
 
-    def _atomic_add(self, s: loop.AtomicAdd, pad: str) -> list[str]:
+    def _atomic(self, s: loop.AtomicRMW | loop.AtomicCAS, pad: str) -> list[str]:
+        """An atomic in the dialect's spelling (c_atomics.py), between the fences its memory
+        semantics ask for."""
         pointee = s.ptr.dtype.pointee.name
-        if pointee not in self.d.atomic_add:
-            raise NotImplementedError(f"{self.d.name}: atomic_add on {pointee}")
-        fmt = self.d.atomic_add[pointee]
-        if fmt.startswith("kd_atomic_add_"):
-            self.need("atomic_add", pointee)
-        if pointee in ("int64", "uint64", "float64"):
-            self.uses_int64_atomics = True
-        call = fmt.format(p=self.expr(s.ptr), v=self.expr(s.value))
-        stmt = f"{self.expr(s.result)} = {call};" if s.result is not None else f"{call};"
-        mask = self.expr(s.mask) if s.mask is not None else None
-        return self._guard(mask, stmt, pad)
+        cas = isinstance(s, loop.AtomicCAS)
+        op = "cas" if cas else s.op
+        call = self.d.atomics.call(op, pointee, s.scope, self.expr(s.ptr), self.expr(s.value),
+                                   self.expr(s.cmp) if cas else None)
+        if call is None:
+            raise CompilationError(f"atomic_{op} on {pointee} elements has no {self.d.name} "
+                                   "form (kdsl/language/semantic.py lists the supported types)",
+                                   s.loc)
+        for name, text in call.helpers:
+            self.atomic_helpers.setdefault(name, text)
+        self.uses_int64_atomics |= "int64" in call.needs
+        self.uses_int64_ext_atomics |= "int64_ext" in call.needs
+        if "bf16" in call.needs:
+            self.need("bf16")
+        stmt = f"{self.expr(s.result)} = {call.expr};" if s.result is not None else \
+            f"{call.expr};"
+        fence = self.d.atomics.fence[s.scope]
+        lines = ([fence] if s.sem in ("release", "acq_rel") else []) + [stmt] \
+            + ([fence] if s.sem in ("acquire", "acq_rel") else [])
+        if s.mask is None:
+            return [pad + line for line in lines]
+        if len(lines) == 1:
+            return self._guard(self.expr(s.mask), stmt, pad)
+        return ([f"{pad}if ({self.expr(s.mask)}) {{"] + [f"{pad}    {x}" for x in lines]
+                + [f"{pad}}}"])
+
+    def _print(self, s: loop.Print, pad: str) -> list[str]:
+        """`printf` of a Loop IR `Print` (its Python format translated field by field)."""
+        import string
+
+        parts, args = [], []
+        fields = iter(s.args)
+        for literal, field_name, spec, _ in string.Formatter().parse(s.fmt):
+            parts.append(_c_string_text(literal))
+            if field_name is None:
+                continue
+            x = next(fields)
+            conv, arg = self._printf_field(spec or "", x)
+            parts.append(conv)
+            args.append(arg)
+        text = "".join(parts) + "\\n"
+        return [f'{pad}printf("{text}"{"".join(", " + a for a in args)});']
+
+    def _printf_field(self, spec: str, x: loop.Expr) -> tuple[str, str]:
+        """(printf conversion, argument) of one `{:spec}` field of a Print: `f` (a float, which
+        varargs promote to double), `[N]d` (an integer), `0Nx` (an unsigned integer, hex)."""
+        t = x.dtype
+        e = self.expr(x)
+        if spec == "f":
+            return "%f", e
+        hexa, width = spec.endswith("x"), spec[:-1]
+        unsigned = hexa or not (t.is_signed or t.is_bool)
+        if t.bits == 64:
+            mod, cast = self.d.printf_int64, self.d.types["uint64" if unsigned else "int64"]
+        else:
+            mod, cast = "", "unsigned int" if unsigned else "int"
+        return f"%{width}{mod}{'x' if hexa else 'u' if unsigned else 'd'}", f"(({cast})({e}))"
 
     def _for(self, s: loop.For, pad: str) -> list[str]:
         v = self.expr(s.var)
@@ -473,7 +532,13 @@ class CEmitter:
         out = [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmts(s.then, pad + "    ")
         if s.orelse:
             out += [f"{pad}}} else {{"] + self.stmts(s.orelse, pad + "    ")
-        return out + [f"{pad}}}"]
+        out.append(f"{pad}}}")
+        if self.d.extra.get("join_barrier") and _has_barrier(s.then + s.orelse):
+            # The branch is uniform (the lowering's invariant), so every thread reaches this
+            # barrier too.  PoCL's work-group compiler (3.1) otherwise skips the statements
+            # after such an `if` when a loop with barriers precedes it.
+            out.append(pad + self.d.barrier)
+        return out
 
     def _barrier(self, s: loop.Barrier, pad: str) -> list[str]:
         return [pad + self.d.barrier]
@@ -577,6 +642,7 @@ class CEmitter:
             variables=variables, specials=sorted(self.specials.items()), body=body,
             helpers=self._helper_records(), fp64=self.uses_fp64,
             int64_atomics=self.uses_int64_atomics, fast_math=bool(k.attrs.get("fast_math")),
+            int64_ext_atomics=self.uses_int64_ext_atomics,
             intrinsics=sorted(self.intrinsics), dynamic_shared=self.dynamic_shared_bytes(),
             maxnreg=k.attrs.get("maxnreg"),
         ).rstrip() + "\n"
@@ -588,8 +654,7 @@ class CEmitter:
 
     def _helper_records(self) -> list[dict[str, str]]:
         """Helper definitions the template renders, in a stable order."""
-        order = ["bf16", "f16", "sigmoid", "abs", "div", "mod", "max", "min", "fmax", "fmin",
-                 "atomic_add"]
+        order = ["bf16", "f16", "sigmoid", "abs", "div", "mod", "max", "min", "fmax", "fmin"]
         records = []
         for kind in order:
             for tname in sorted(self.helpers.get(kind, ())):
@@ -606,7 +671,35 @@ class CEmitter:
                                exp=self.d.math("exp", tname) if tname.startswith("float")
                                else "")
                 records.append(rec)
+        records += [{"kind": "atomic", "text": text} for text in self.atomic_helpers.values()]
         return records
+
+
+def _has_barrier(stmts: list[loop.Stmt]) -> bool:
+    for s in stmts:
+        if isinstance(s, loop.Barrier):
+            return True
+        for body in (getattr(s, f, None) for f in ("then", "orelse", "body", "cond_body")):
+            if body and _has_barrier(body):
+                return True
+    return False
+
+
+def _c_string_text(text: str) -> str:
+    """`text` inside a C string literal given to printf (quotes, backslashes, % escaped)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "%":
+            out.append("%%")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch.isprintable() and ch.isascii():
+            out.append(ch)
+        else:
+            out.append(f"\\{ord(ch):03o}")
+    return "".join(out)
 
 
 def _environment() -> jinja2.Environment:

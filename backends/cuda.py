@@ -28,6 +28,7 @@ from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
 from .base import Backend, BoundArg
+from .c_atomics import CUDA_ATOMICS
 from .c_like import CDialect, CEmitter, emit, kernel_name, math_names, stored_params
 
 DEFAULT_ARCH = "sm_80"
@@ -64,11 +65,7 @@ def cuda_dialect() -> CDialect:
         f16_load="__half2float(*{p})", f16_store="*{p} = __float2half_rn({v});",
         f16_round="__half2float(__float2half_rn({x}))",
         bitcast="kd_bitcast<{T}>({x})",
-        atomic_add={"int32": "atomicAdd({p}, {v})", "uint32": "atomicAdd({p}, {v})",
-                    "uint64": "atomicAdd({p}, {v})", "float32": "atomicAdd({p}, {v})",
-                    "float64": "atomicAdd({p}, {v})",
-                    "int64": "(long long)atomicAdd((unsigned long long*){p}, "
-                             "(unsigned long long)({v}))"},
+        atomics=CUDA_ATOMICS,
         fast_math_option=FAST_MATH, helper_qual="static __device__ __forceinline__",
         extra={"as_float": "__uint_as_float", "as_uint": "__float_as_uint", "f16_helper": "",
                "options": " ".join(OPTIONS), "options_fast": " ".join(OPTIONS + [FAST_MATH])},

@@ -26,6 +26,7 @@ from kdsl.ir.types import DType, PointerType, int1
 from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
+from . import llvm_atomics, llvm_debug
 from .base import Backend, BoundArg
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, ArgPacker, run_grid
@@ -380,43 +381,19 @@ class _FnEmitter:
             ptr = self.expr(s.ptr)
             self.b.store(self._to_mem(self.expr(s.value), t), ptr, align=t.itemsize)
 
-    def _s_AtomicAdd(self, s: L.AtomicAdd) -> None:
-        t = s.ptr.dtype.pointee
-        with self._masked(s.mask):
-            ptr, v = self.expr(s.ptr), self.expr(s.value)
-            if t.name == "bfloat16":
-                old = self._bf16_atomic_add(ptr, v)
-            else:
-                op = "fadd" if t.is_float else "add"
-                old = self.b.atomic_rmw(op, ptr, self._to_mem(v, t), "monotonic")
-                old = self._from_mem_value(old, t)
-            if s.result is not None:
-                self.b.store(old, self._var_slot(s.result))
+    def _s_AtomicRMW(self, s: L.AtomicRMW) -> None:
+        llvm_atomics.emit_rmw(self, s)
+
+    def _s_AtomicCAS(self, s: L.AtomicCAS) -> None:
+        llvm_atomics.emit_cas(self, s)
+
+    def _s_Print(self, s: L.Print) -> None:
+        llvm_debug.emit_print(self, s)
 
     def _from_mem_value(self, v: ir.Value, t: DType) -> ir.Value:
         if t.name == "float16":
             return self.b.fpext(v, F32)
         return v
-
-    def _bf16_atomic_add(self, ptr: ir.Value, v: ir.Value) -> ir.Value:
-        """bfloat16 fetch-add as a compare-exchange loop on the 16-bit pattern."""
-        b = self.b
-        start = b.load(ptr, typ=I16, align=2)
-        pre = b.block
-        loop = b.append_basic_block("bf16.cas")
-        done = b.append_basic_block("bf16.done")
-        b.branch(loop)
-        b.position_at_end(loop)
-        cur = b.phi(I16)
-        cur.add_incoming(start, pre)
-        old_f = b.bitcast(b.shl(b.zext(cur, I32), ir.Constant(I32, 16)), F32)
-        new = b.trunc(b.lshr(self._bf16_bits32(b.fadd(old_f, v)), ir.Constant(I32, 16)), I16)
-        pair = b.cmpxchg(ptr, cur, new, "monotonic", "monotonic")
-        seen = b.extract_value(pair, 0)
-        cur.add_incoming(seen, b.block)
-        b.cbranch(b.extract_value(pair, 1), done, loop)
-        b.position_at_end(done)
-        return old_f
 
     def _loop_metadata(self):
         if self._loop_md is None:
@@ -579,6 +556,7 @@ def _llvm():
             llvm.initialize_native_asmprinter()
             _STATE["tm"] = _new_target_machine(llvm)
             _register_libm(llvm)
+            llvm_debug.register(llvm)  # device_print's callback
     return llvm
 
 

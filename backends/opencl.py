@@ -23,6 +23,7 @@ from kdsl.ir import loop
 from kdsl.target import Target
 
 from .base import Backend, BoundArg
+from .c_atomics import OPENCL_ATOMICS
 from .c_like import CDialect, emit, kernel_name, math_names, stored_params
 
 OPTIONS = ["-cl-fp32-correctly-rounded-divide-sqrt"]
@@ -37,19 +38,6 @@ _TYPES = {
 _WRAP = {"int8": "uint", "int16": "uint", "uint8": "uint", "uint16": "uint", "int32": "uint",
          "int64": "ulong"}
 
-# Float atomic add: compare-and-swap on the bits (OpenCL 1.2 has no float atomics); one text for
-# float32 (32-bit `atomic_cmpxchg`) and float64 (`atom_cmpxchg`, cl_khr_int64_base_atomics).
-_ATOMIC_FLOAT = """\
-static inline {F} kd_atomic_add_{name}(volatile __global {F}* p, {F} v) {{
-    {U} seen = as_{U}(*p), prev;
-    do {{
-        prev = seen;
-        seen = {cas}((volatile __global {U}*)p, prev, as_{U}(as_{F}(prev) + v));
-    }} while (seen != prev);
-    return as_{F}(prev);
-}}"""
-_ATOMIC_F32 = _ATOMIC_FLOAT.format(F="float", U="uint", name="float32", cas="atomic_cmpxchg")
-_ATOMIC_F64 = _ATOMIC_FLOAT.format(F="double", U="ulong", name="float64", cas="atom_cmpxchg")
 _F16_ROUND = """\
 /* round to the nearest float16 (ties to even) through a private ushort: without cl_khr_fp16
    `half` exists only behind pointers */
@@ -80,16 +68,12 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None) 
         math=math_names(),
         f16_load=f16["f16_load"], f16_store=f16["f16_store"], f16_round=f16["f16_round"],
         bitcast="as_{T}({x})",
-        atomic_add={"int32": "atomic_add({p}, {v})", "uint32": "atomic_add({p}, {v})",
-                    "int64": "atom_add({p}, {v})", "uint64": "atom_add({p}, {v})",
-                    "float32": "kd_atomic_add_float32({p}, {v})",
-                    "float64": "kd_atomic_add_float64({p}, {v})"},
+        atomics=OPENCL_ATOMICS, printf_int64="l",
         fast_math_option=FAST_MATH, helper_qual="static inline",
         math_fast={op: f"native_{op}" for op in ("exp", "exp2", "log", "log2", "sqrt",
                                                   "rsqrt", "sin", "cos")},
         extra={"as_float": "as_float", "as_uint": "as_uint", "native_fp16": native_fp16,
-               "f16_helper": f16["helper"], "atomic_add_float32": _ATOMIC_F32,
-               "atomic_add_float64": _ATOMIC_F64, "options": opts,
+               "f16_helper": f16["helper"], "options": opts, "join_barrier": True,
                "options_fast": FAST_MATH},
     )
 

@@ -357,9 +357,9 @@ def program_map(kernel: Any, grid: Any, args: Sequence, kwargs: dict,
             super().store(op, ins)
             self._record(ins, 2)
 
-        def atomic_add(self, op, ins):
-            out = super().atomic_add(op, ins)
-            self._record(ins, 2)
+        def atomic(self, op, ins):
+            out = super().atomic(op, ins)
+            self._record(ins, 3 if op.kind == "atomic_cas" else 2)
             return out
 
     m = Recorder(fn, grid3, buffers)

@@ -34,3 +34,20 @@ class CompilationError(Exception):
 
 class OutOfBoundsError(Exception):
     """A checked launch found a load or store outside the array its pointer came from."""
+
+
+class DeviceAssertionError(AssertionError):
+    """A `kd.device_assert` (or `assert` on a runtime value) failed in a kernel launched with
+    debug on; the message names the kernel's file, line and the assertion's message."""
+
+    kernel: str | None = None
+    file: str | None = None
+    line: int | None = None
+    source: str | None = None
+    msg: str = ""
+    program_id: tuple[int, ...] | None = None
+
+
+class DebugWarning(UserWarning):
+    """A debugging construct that has no effect where the kernel is compiled (`breakpoint()`
+    outside the interp backend)."""

@@ -185,8 +185,10 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
 
     def visit_Assert(self, node: ast.Assert) -> None:
         cond = self.visit(node.test)
-        if semantic.is_value(cond):
-            raise self.error("assert needs a compile-time condition", node)
+        if semantic.is_value(cond):  # a runtime condition: kd.device_assert, as in Triton
+            msg = self.visit(node.msg) if node.msg is not None else ""
+            semantic.device_assert(self.b, cond, msg)
+            return
         if not cond:
             msg = self.visit(node.msg) if node.msg is not None else ""
             raise self.error(f"assertion failed: {msg}" if msg else "assertion failed", node)
@@ -401,6 +403,22 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
             return type_objects.kernel_isinstance(args[0], args[1], core.constexpr)
         if getattr(fn, type_objects.COMPILE_TIME, False):
             return normalize(fn(*args, **kwargs))  # a type constructor or dtype predicate
+        if fn is builtins.print:  # Triton's meaning: kd.device_print
+            unknown = set(kwargs) - {"hex"}
+            if unknown:
+                raise semantic.error(f"print() in a kernel takes no {sorted(unknown)} (it is "
+                                     "kd.device_print(prefix, *values, hex=False))")
+            # Leading compile-time values that are not numbers (strings, dtypes, tuples) form
+            # the prefix, as Python would print them; numbers and runtime values are printed
+            # values (Triton's print(prefix, *values) is the case of one leading string).
+            n = 0
+            while n < len(args) and not (semantic.is_value(args[n])
+                                         or semantic.is_scalar_const(args[n])):
+                n += 1
+            prefix = " ".join(str(a) for a in args[:n])
+            return semantic.device_print(self.b, prefix, args[n:], kwargs.get("hex", False))
+        if fn is builtins.breakpoint:
+            return self.breakpoint()
         if fn in _PY_MINMAX and any(semantic.is_value(a) for a in args):
             if len(args) != 2 or kwargs:
                 raise semantic.error("min/max of runtime values take exactly two arguments")
@@ -416,6 +434,18 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
         name = f"{module}.{name}" if module and module != "builtins" else name
         raise semantic.error(f"{name} is not a kdsl function: a kernel can call kd.* builtins "
                              "and @kd.jit functions only")
+
+    def breakpoint(self) -> None:
+        """`breakpoint()`: a `breakpoint` op holding the runtime values in scope (and, as
+        attrs, the simple compile-time ones) for the interp backend to show in pdb."""
+        names, values, consts = [], [], []
+        for name, v in self.scope.items():
+            if semantic.is_value(v):
+                names.append(name)
+                values.append(v)
+            elif v is None or isinstance(v, (bool, int, float, str)):
+                consts.append((name, v))
+        self.b.op("breakpoint", values, None, names=tuple(names), consts=tuple(consts))
 
     def inliner(self, f: Any, builtin: str, param: str) -> Any:
         """A Python callable that inlines the kdsl function `f` (a @kd.jit function or a

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OutOfBoundsError
-from . import tile
+from . import atomics, tile
 from .types import DType, PointerType, bfloat16, compute_dtype, float16, float64
 
 # ------------------------------------------------------------------------------ value model
@@ -507,8 +507,39 @@ def _h_store(op, ins, m):
     return []
 
 
-def _h_atomic_add(op, ins, m):
-    return [m.atomic_add(op, ins)]
+def _h_atomic(op, ins, m):
+    return [m.atomic(op, ins)]
+
+
+def _h_barrier(op, ins, m):
+    return []  # the interpreter runs each program as one thread
+
+
+def _h_print(op, ins, m):
+    from .debug_print import print_op_lines
+    for line in print_op_lines(op, ins, m.pid):
+        print(line)
+    return []
+
+
+def _h_assert(op, ins, m):
+    # Normally rewritten into the error record by the checks pass (kdsl/passes/checks.py);
+    # a Tile IR function run as it is raises here.
+    ok = np.asarray(ins[0], dtype=bool)
+    if not ok.all():
+        from ..errors import DeviceAssertionError
+        first = tuple(int(i) for i in np.argwhere(~ok)[0]) if ok.shape else ()
+        text = f"\n    {op.loc.text.strip()}" if op.loc.text else ""
+        raise DeviceAssertionError(f"device assertion failed at {op.loc}{text}\n"
+                                   f"{op.attrs.get('msg', '')}, in program_id {m.pid}"
+                                   + (f", element {first}" if first else ""))
+    return []
+
+
+def _h_breakpoint(op, ins, m):
+    from .debug_print import stop_at_breakpoint
+    stop_at_breakpoint(op, ins, m.pid, m.fn.runtime_params, m.buffers)
+    return []
 
 
 def _h_for(op, ins, m):
@@ -549,12 +580,15 @@ _HANDLERS: dict[str, Callable] = {
     "ptr_offset": _h_ptr_offset,
     "reduce": _h_reduce, "scan": _h_scan, "dot": _h_dot, "program_id": _h_program_id,
     "num_programs": _h_num_programs, "load": _h_load, "store": _h_store,
-    "atomic_add": _h_atomic_add, "for": _h_for, "while": _h_while, "if": _h_if,
+    "atomic_rmw": _h_atomic, "atomic_cas": _h_atomic, "for": _h_for, "while": _h_while,
+    "if": _h_if, "barrier": _h_barrier, "print": _h_print, "assert": _h_assert,
+    "breakpoint": _h_breakpoint,
 }
 
 # Ops `evaluate` accepts: no memory, no regions, no program state.
 PURE_KINDS = frozenset(_HANDLERS) - {
-    "load", "store", "atomic_add", "for", "while", "if", "program_id", "num_programs"
+    "load", "store", "atomic_rmw", "atomic_cas", "for", "while", "if", "program_id",
+    "num_programs", *tile.DEBUG_OPS
 }
 
 
@@ -649,28 +683,36 @@ class _Machine:
         val = val if sel is None else val[sel]
         self.buffers[ptr.buf][idx.ravel()] = to_storage(val, elem).ravel()
 
-    def atomic_add(self, op: tile.Op, ins: list) -> np.ndarray:
-        """Element-wise read-modify-write in row-major order: each lane gets the value its own
-        add saw, so duplicate addresses in one tile accumulate."""
-        ptr, val = ins[0], ins[1]
-        mask = ins[2] if len(ins) > 2 else None
+    def atomic(self, op: tile.Op, ins: list) -> np.ndarray:
+        """`atomic_rmw` / `atomic_cas`: element-wise read-modify-write in row-major lane order
+        (kdsl/ir/atomics.py defines the values); each lane gets the value its own operation saw,
+        so duplicate addresses in one tile accumulate."""
+        cas = op.kind == "atomic_cas"
+        nvals = 2 if cas else 1
+        ptr, vals = ins[0], ins[1:1 + nvals]
+        mask = ins[1 + nvals] if len(ins) > 1 + nvals else None
         elem = ptr_elem(op.operands[0])
         idx, sel = self._where(op, ptr, mask)
         buf = self.buffers[ptr.buf]
         shape = np.shape(ptr.off)
-        val = np.broadcast_to(np.asarray(val), shape)
-        val = (val if sel is None else val[sel]).ravel()
+        vals = [np.broadcast_to(np.asarray(v), shape) for v in vals]
+        vals = [(v if sel is None else v[sel]).ravel() for v in vals]
         idx = idx.ravel()
+
+        def new(cur: np.ndarray, i: slice) -> np.ndarray:
+            if cas:
+                return atomics.cas(elem, cur, vals[0][i], vals[1][i])
+            return atomics.rmw(op.attrs["op"], elem, cur, vals[0][i])
+
         old = np.empty(idx.shape, dtype=_cnp(elem))
-        add = _BINARY["add"]
         if np.unique(idx).size == idx.size:  # no duplicates: one vectorised step
             old[:] = from_storage(buf[idx], elem)
-            buf[idx] = to_storage(_round_to(add(old, val, elem), elem), elem)
+            buf[idx] = to_storage(new(old, slice(None)), elem)
         else:
             for i, j in enumerate(idx):
                 cur = from_storage(buf[j: j + 1], elem)
                 old[i] = cur[0]
-                buf[j: j + 1] = to_storage(_round_to(add(cur, val[i: i + 1], elem), elem), elem)
+                buf[j: j + 1] = to_storage(new(cur, slice(i, i + 1)), elem)
         if sel is None:
             return old.reshape(shape)
         out = np.zeros(shape, dtype=_cnp(elem))

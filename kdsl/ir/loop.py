@@ -18,7 +18,8 @@ backend turns variables into allocas that mem2reg promotes):
 
   statements:
     Assign(var, value)            ArrayStore(array, index, value)
-    Store(ptr, value, mask)       AtomicAdd(ptr, value, mask, result)
+    Store(ptr, value, mask)       AtomicRMW(op, ptr, value, mask, result, sem, scope)
+    AtomicCAS(ptr, cmp, value, mask, result, sem, scope)        Print(fmt, args)
     For(var, lo, hi, step, body)  While(cond_body, cond, body)
     If(cond, then, orelse)        Barrier()                     Comment(text)
     Intrinsic(name, args, results)
@@ -28,8 +29,15 @@ Types: every expression has a `DType` or `PointerType`.  float16/bfloat16 never 
 type of a variable or expression: values of those types are held in float32 (`compute_dtype`)
 and `Round(x, "float16" | "bfloat16")` rounds a float32 to the nearest representable value
 (ties to even), keeping the float32 type.  `Load` through a `ptr<float16>` gives float32;
-`Store`/`AtomicAdd` of a float32 through a `ptr<float16>` converts (exactly, the value having
+`Store`/`AtomicRMW` of a float32 through a `ptr<float16>` converts (exactly, the value having
 been rounded already).  Integer ops wrap in their type (int8 + int8 is int8).
+
+Atomics: `AtomicRMW.op` is one of add max min and or xor xchg and `AtomicCAS` a compare-and-swap,
+with the values of kdsl/ir/atomics.py (the Tile IR interpreter's); `sem` ("relaxed", "acquire",
+"release", "acq_rel") and `scope` ("cta", "gpu", "sys") are Triton's; a backend emits code at
+least that strong.  `Print(fmt, args)` prints one line, `fmt.format(*args)`: `fmt` is a Python
+format string whose fields are `{:d}` `{:Nd}` (integers), `{:f}` (floats) and `{:0Nx}` (an
+unsigned integer, hex) in order (kdsl/ir/debug_print.py builds them).
 
 Unary ops:  neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil isnan
 Binary ops: add sub mul div (float: IEEE; int: C truncation, x/0 == 0) mod (int: C remainder,
@@ -249,14 +257,46 @@ class Store(Stmt):
 
 
 @dataclass(eq=False)
-class AtomicAdd(Stmt):
-    """`result = atomic fetch-add(*ptr, value)` (relaxed) where mask; result may be None."""
+class AtomicRMW(Stmt):
+    """`result = atomic fetch-<op>(*ptr, value)` where mask; result may be None."""
 
+    op: str
     ptr: Expr
     value: Expr
     mask: Expr | None = None
     result: Var | None = None
     loc: Loc | None = None
+    sem: str = "acq_rel"
+    scope: str = "gpu"
+
+
+def AtomicAdd(ptr: Expr, value: Expr, mask: Expr | None = None, result: Var | None = None,
+              loc: Loc | None = None, sem: str = "relaxed", scope: str = "gpu") -> AtomicRMW:
+    """A relaxed fetch-add (the spelling of the Loop IR before `AtomicRMW`)."""
+    return AtomicRMW("add", ptr, value, mask, result, loc, sem, scope)
+
+
+@dataclass(eq=False)
+class AtomicCAS(Stmt):
+    """`result = atomic compare-and-swap(*ptr, cmp, value)` where mask: writes value where the
+    old bits equal cmp's; result (the old value) may be None."""
+
+    ptr: Expr
+    cmp: Expr
+    value: Expr
+    mask: Expr | None = None
+    result: Var | None = None
+    loc: Loc | None = None
+    sem: str = "acq_rel"
+    scope: str = "gpu"
+
+
+@dataclass(eq=False)
+class Print(Stmt):
+    """Print one line: `fmt.format(*args)` (fields described in the module docstring)."""
+
+    fmt: str
+    args: list[Expr]
 
 
 @dataclass(eq=False)
@@ -409,10 +449,19 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
             case Store(ptr=p, value=x, mask=m):
                 cond = f" if {format_expr(m)}" if m is not None else ""
                 out.append(f"{pad}*{format_expr(p)} = {format_expr(x)}{cond}")
-            case AtomicAdd(ptr=p, value=x, mask=m, result=r):
+            case AtomicRMW(op=o, ptr=p, value=x, mask=m, result=r, sem=sem, scope=sc):
                 lhs = f"{r.name} = " if r is not None else ""
                 cond = f" if {format_expr(m)}" if m is not None else ""
-                out.append(f"{pad}{lhs}atomic_add({format_expr(p)}, {format_expr(x)}){cond}")
+                out.append(f"{pad}{lhs}atomic_{o}.{sem}.{sc}({format_expr(p)}, "
+                           f"{format_expr(x)}){cond}")
+            case AtomicCAS(ptr=p, cmp=c, value=x, mask=m, result=r, sem=sem, scope=sc):
+                lhs = f"{r.name} = " if r is not None else ""
+                cond = f" if {format_expr(m)}" if m is not None else ""
+                out.append(f"{pad}{lhs}atomic_cas.{sem}.{sc}({format_expr(p)}, {format_expr(c)}, "
+                           f"{format_expr(x)}){cond}")
+            case Print(fmt=f, args=a):
+                args = "".join(f", {format_expr(x)}" for x in a)
+                out.append(f"{pad}print({f!r}{args})")
             case For(var=v, lo=lo, hi=hi, step=st, body=b):
                 out.append(f"{pad}for {v.name} in range({format_expr(lo)}, {format_expr(hi)}, "
                            f"{format_expr(st)}):")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import atomics
 from . import loop as L
 from .types import DType, PointerType, bfloat16, float16
 
@@ -128,6 +129,10 @@ def _cast(x, src, dst):
     return _typed(x, dst)
 
 
+def _py_number(x: Any) -> int | float:
+    return float(x) if isinstance(x, np.floating) else int(x)
+
+
 class _Thread:
     __slots__ = ("regs", "tid", "vars")
 
@@ -200,13 +205,20 @@ class _Program:
                 case L.Store(ptr=p, value=x, mask=m):
                     if m is None or self.ev(m, th):
                         self.store(self.ev(p, th), p.dtype.pointee, self.ev(x, th))
-                case L.AtomicAdd(ptr=p, value=x, mask=m, result=r):
-                    if m is None or self.ev(m, th):
-                        ptr, pointee = self.ev(p, th), p.dtype.pointee
+                case L.AtomicRMW() | L.AtomicCAS():
+                    if s.mask is None or self.ev(s.mask, th):
+                        ptr, pointee = self.ev(s.ptr, th), s.ptr.dtype.pointee
                         old = self.load(ptr, pointee)
-                        self.store(ptr, pointee, _typed(old + self.ev(x, th), pointee))
-                        if r is not None:
-                            th.vars[r.name] = old
+                        val = np.asarray(self.ev(s.value, th))
+                        if isinstance(s, L.AtomicCAS):
+                            new = atomics.cas(pointee, old, np.asarray(self.ev(s.cmp, th)), val)
+                        else:
+                            new = atomics.rmw(s.op, pointee, np.asarray(old), val)
+                        self.store(ptr, pointee, _typed(new, pointee))
+                        if s.result is not None:
+                            th.vars[s.result.name] = old
+                case L.Print(fmt=f, args=a):
+                    print(f.format(*(_py_number(self.ev(x, th)) for x in a)))
                 case L.For(var=v, lo=lo, hi=hi, step=st, body=b):
                     i, end, step = (int(self.ev(x, th)) for x in (lo, hi, st))
                     while (i < end) if step > 0 else (i > end):

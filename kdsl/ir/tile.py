@@ -28,7 +28,10 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
                                                inserted by checked mode, kdsl/passes/checks.py)
   load             (ptr[, mask, other])     {volatile?} -> elements at ptr (other where mask false)
   store            (ptr, value[, mask])     -> no result
-  atomic_add       (ptr, value[, mask])     -> old values
+  atomic_rmw       (ptr, value[, mask])     {op, sem, scope} -> old values; op in add max min
+                                               and or xor xchg (semantics: kdsl/ir/atomics.py)
+  atomic_cas       (ptr, cmp, value[, mask]) {sem, scope} -> old values; writes value where
+                                               the old bits equal cmp's (mask: checked mode)
   reduce           (x, ...) {op, axis}      -> x with `axis` removed (scalar when x is 1-D);
                                                op in sum max min argmax argmin (arg* give int32)
                                                on one operand, or custom on n >= 1 operands of
@@ -48,6 +51,12 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
   while            (*inits)                 region cond(*carried) ending in `condition(c, *carried)`,
                                             region body(*carried) ending in `yield` -> results
   if               (cond)                   regions then, else, each ending in `yield` -> results
+  barrier          ()                       all threads of the program wait (kd.debug_barrier)
+  print            (*values) {prefix, hex}  prints one line per element of each value
+                                            (kdsl/ir/debug_print.py)
+  assert           (cond: int1) {msg}       debug mode: cond must hold (rewritten into the
+                                            error record by kdsl/passes/checks.py)
+  breakpoint       (*values) {names, consts} stops in pdb on the interp backend
   yield            (*values)                terminator
   condition        (c, *values)             terminator of a while's cond region
 
@@ -96,10 +105,17 @@ ISOLATED_REGIONS = frozenset({"reduce", "scan"})
 # Ops computed independently per element on operands and result of one shape.
 ELEMENTWISE = (
     BINARY_OPS | COMPARE_OPS | UNARY_OPS
-    | {"fma", "where", "cast", "bitcast", "addptr", "ptr_offset", "load", "store", "atomic_add",
-       "hint"}
+    | {"fma", "where", "cast", "bitcast", "addptr", "ptr_offset", "load", "store", "atomic_rmw",
+       "atomic_cas", "hint"}
 )
-SIDE_EFFECTS = frozenset({"store", "atomic_add"})
+ATOMIC_OPS = frozenset({"atomic_rmw", "atomic_cas"})
+ATOMIC_RMW_OPS = ("add", "max", "min", "and", "or", "xor", "xchg")
+MEM_SEMANTICS = ("acq_rel", "acquire", "release", "relaxed")  # Triton's; default first
+MEM_SCOPES = ("gpu", "cta", "sys")
+# Ops that write memory (their first operand is the pointer).
+SIDE_EFFECTS = frozenset({"store"}) | ATOMIC_OPS
+# Debugging ops: no result, never removed or merged (docs/debugging.md).
+DEBUG_OPS = frozenset({"barrier", "print", "assert", "breakpoint"})
 TERMINATORS = frozenset({"yield", "condition"})
 
 _ids = itertools.count()
@@ -363,11 +379,23 @@ def _verify_op(op: Op) -> None:
         if len(ins) > 1:
             _check(len(ins) == 3 and ins[1].type == TileType(t.shape, int1) and ins[2].type == t,
                    op, "load mask/other")
-    elif k in ("store", "atomic_add"):
-        _check(ins[0].type.is_ptr and ins[1].type == TileType(ins[0].shape, ins[0].elem.pointee),
-               op, "store value type")
-        if len(ins) > 2:
-            _check(ins[2].type == TileType(ins[0].shape, int1), op, "store mask")
+    elif k in ("store", "atomic_rmw", "atomic_cas"):
+        nvals = 2 if k == "atomic_cas" else 1  # (cmp,) value
+        _check(ins[0].type.is_ptr and all(
+            v.type == TileType(ins[0].shape, ins[0].elem.pointee) for v in ins[1:1 + nvals]),
+            op, "store value type")
+        if len(ins) > 1 + nvals:
+            _check(len(ins) == 2 + nvals and ins[-1].type == TileType(ins[0].shape, int1), op,
+                   "store mask")
+        if k != "store":
+            _check(t == ins[1].type, op, "atomics return the old values")
+            _check(op.attrs.get("sem") in MEM_SEMANTICS
+                   and op.attrs.get("scope") in MEM_SCOPES, op, "atomic sem/scope")
+            _check(k == "atomic_cas" or op.attrs.get("op") in ATOMIC_RMW_OPS, op, "atomic op")
+    elif k in DEBUG_OPS:
+        _check(not outs, op, "debug ops have no result")
+        if k == "assert":
+            _check(len(ins) == 1 and ins[0].elem == int1, op, "assert takes an int1 value")
     elif k in ISOLATED_REGIONS:
         _verify_combine_op(op)
     elif k == "dot":

@@ -13,6 +13,13 @@ from .core import (
     associative_scan,
     assume,
     atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_max,
+    atomic_min,
+    atomic_or,
+    atomic_xchg,
+    atomic_xor,
     bfloat16,
     broadcast,
     broadcast_to,
@@ -24,6 +31,9 @@ from .core import (
     cos,
     cumprod,
     cumsum,
+    debug_barrier,
+    device_assert,
+    device_print,
     dot,
     erf,
     exp,
@@ -68,6 +78,7 @@ from .core import (
     softmax,
     sqrt,
     static_assert,
+    static_print,
     static_range,
     store,
     store_tensor_descriptor,
@@ -101,8 +112,10 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # creation
     "zeros", "zeros_like", "full",
     # memory
-    "load", "store", "atomic_add", "make_block_ptr", "advance", "make_tensor_descriptor",
-    "load_tensor_descriptor", "store_tensor_descriptor", "tensor_descriptor",
+    "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or",
+    "atomic_xor", "atomic_xchg", "atomic_cas", "make_block_ptr", "advance",
+    "make_tensor_descriptor", "load_tensor_descriptor", "store_tensor_descriptor",
+    "tensor_descriptor",
     # math
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
     "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
@@ -122,6 +135,8 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "tensor", "dtype", "block_type", "void", "tuple", "tuple_type", "constexpr_type", "const",
     # compile time
     "static_range", "static_assert", "range",
+    # debugging
+    "debug_barrier", "static_print", "device_print", "device_assert",
     # not supported (a CompilationError naming the line)
     "inline_asm_elementwise",
 ]

@@ -236,6 +236,33 @@ def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", evict
     return semantic.store(_builder, pointer, value, mask)
 
 
+def _atomic(op: str, doc: str) -> Callable:
+    def fn(pointer, val, mask=None, sem=None, scope=None, _builder=None):
+        return semantic.atomic_rmw(_builder, op, pointer, val, mask, sem, scope)
+
+    fn.__name__ = fn.__qualname__ = f"atomic_{op}"
+    fn.__doc__ = (f"Atomically {doc} at `pointer` where `mask`; returns the old values. `sem`: "
+                  "'acq_rel' (default), 'acquire', 'release', 'relaxed'; `scope`: 'gpu' "
+                  "(default), 'cta', 'sys'.")
+    return builtin(fn)
+
+
+atomic_add = _atomic("add", "add `val`")
+atomic_max = _atomic("max", "store the maximum of `val` and the old value")
+atomic_min = _atomic("min", "store the minimum of `val` and the old value")
+atomic_and = _atomic("and", "and `val` into the old bits")
+atomic_or = _atomic("or", "or `val` into the old bits")
+atomic_xor = _atomic("xor", "xor `val` into the old bits")
+atomic_xchg = _atomic("xchg", "store `val`")
+
+
+@builtin
+def atomic_cas(pointer, cmp, val, sem=None, scope=None, _builder=None):
+    """Atomically store `val` at `pointer` where the old value equals `cmp` (bit for bit);
+    returns the old values."""
+    return semantic.atomic_cas(_builder, pointer, cmp, val, sem, scope)
+
+
 @builtin
 def make_block_ptr(base, shape, strides, offsets, block_shape, order, _builder=None):
     """A `block_shape` window at `offsets` into the tensor of `shape` and `strides` at `base`
@@ -281,12 +308,6 @@ def _descriptor_atomic(op: str) -> Callable:
 
     fn.__name__ = fn.__qualname__ = f"descriptor_atomic_{op}"
     return builtin(fn)
-
-
-@builtin
-def atomic_add(pointer, val, mask=None, sem=None, scope=None, _builder=None):
-    """Atomically add `val` at `pointer` where `mask`; returns the old values."""
-    return semantic.atomic_add(_builder, pointer, val, mask)
 
 
 # ---------------------------------------------------------------------------------- math
@@ -554,6 +575,35 @@ def static_assert(cond, msg="", _builder=None):
     return semantic.static_assert(_builder, cond, msg)
 
 
+# ------------------------------------------------------------------------------ debugging
+
+
+@builtin
+def debug_barrier(_builder=None):
+    """Wait until every thread of the program reaches this point (no-op with one thread)."""
+    return semantic.debug_barrier(_builder)
+
+
+@builtin
+def static_print(*values, sep=" ", end="\n", file=None, flush=False, _builder=None):
+    """Print at compile time, like Python's print (a runtime value prints as its type)."""
+    return semantic.static_print(values, sep, end, file, flush)
+
+
+@builtin
+def device_print(prefix, *args, hex=False, _builder=None):
+    """Print `prefix` and each element of each value at run time, one line per element:
+    `pid (x, y, z) idx (i, j) prefix: value` (Python's `print` in a kernel is the same)."""
+    return semantic.device_print(_builder, prefix, args, hex)
+
+
+@builtin
+def device_assert(cond, msg="", mask=None, _builder=None):
+    """With debug on (`debug=True`, KDSL_DEBUG=1), raise kd.DeviceAssertionError at launch
+    where `cond` is false (and `mask` true); with debug off it generates nothing."""
+    return semantic.device_assert(_builder, cond, msg, mask)
+
+
 # Tile methods: `x.to(...)`, `x.sum(axis)`, ... call the builtin with `x` first.
 TILE_METHODS: dict[str, Callable] = {
     "to": cast, "sum": sum, "reduce": reduce, "max": max, "min": min, "argmax": argmax, "argmin": argmin,
@@ -563,6 +613,10 @@ TILE_METHODS: dict[str, Callable] = {
     "permute": permute, "expand_dims": expand_dims, "exp": exp, "exp2": exp2, "log": log,
     "log2": log2, "sqrt": sqrt, "rsqrt": rsqrt, "abs": abs, "sin": sin, "cos": cos,
     "tanh": tanh, "erf": erf, "sigmoid": sigmoid, "floor": floor, "ceil": ceil,
+    # on pointers, as in Triton: `ptr.atomic_add(val)`
+    "atomic_add": atomic_add, "atomic_max": atomic_max, "atomic_min": atomic_min,
+    "atomic_and": atomic_and, "atomic_or": atomic_or, "atomic_xor": atomic_xor,
+    "atomic_xchg": atomic_xchg, "atomic_cas": atomic_cas,
 }
 
 DTYPE_NAMES = _py.tuple(d.name for d in ALL_DTYPES)

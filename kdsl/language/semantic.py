@@ -14,7 +14,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import CompilationError
-from ..ir.tile import BINARY_OPS, COMPARE_OPS, FLOAT_ONLY_UNARY, UNARY_OPS, Block, Value
+from ..ir.atomics import CAS_DTYPES, RMW_DTYPES
+from ..ir.tile import (
+    BINARY_OPS,
+    COMPARE_OPS,
+    FLOAT_ONLY_UNARY,
+    MEM_SCOPES,
+    MEM_SEMANTICS,
+    UNARY_OPS,
+    Block,
+    Value,
+)
 from ..ir.types import (
     DType,
     PointerType,
@@ -582,9 +592,55 @@ def store(b, ptr: Operand, value: Operand, mask: Operand = None) -> None:
     b.op("store", _store_operands(b, "store", ptr, value, mask), None)
 
 
+def _atomic_attrs(what: str, sem: Any, scope: Any) -> dict[str, str]:
+    """Memory semantics and scope of an atomic: Triton's names, defaults acq_rel and gpu.
+    Backends emit code at least as strong as asked (docs/language.md)."""
+    sem = MEM_SEMANTICS[0] if sem is None else sem
+    scope = MEM_SCOPES[0] if scope is None else scope
+    if sem not in MEM_SEMANTICS:
+        raise error(f"{what}: sem must be one of {', '.join(map(repr, MEM_SEMANTICS))}, "
+                    f"got {sem!r}")
+    if scope not in MEM_SCOPES:
+        raise error(f"{what}: scope must be one of {', '.join(map(repr, MEM_SCOPES))}, "
+                    f"got {scope!r}")
+    return {"sem": sem, "scope": scope}
+
+
+def _atomic_pointee(what: str, ptr: Value, allowed: Sequence[str]) -> None:
+    """Triton's atomic type rules: no 8-bit or int1 elements, 16-bit floats only for add and
+    compare-and-swap, bit operations on integers only (kdsl/ir/atomics.py)."""
+    pointee = ptr.type.elem.pointee
+    if pointee.name not in allowed:
+        raise error(f"{what} does not support {pointee} elements (it supports "
+                    f"{', '.join(allowed)})")
+
+
+def atomic_rmw(b, op: str, ptr: Operand, value: Operand, mask: Operand = None, sem: Any = None,
+               scope: Any = None) -> Value:
+    """`atomic_<op>(ptr, value, mask)`: one `atomic_rmw {op}`; returns the old values."""
+    what = f"atomic_{op}"
+    ops = _store_operands(b, what, ptr, value, mask)
+    _atomic_pointee(what, ops[0], RMW_DTYPES[op])
+    return b.op("atomic_rmw", ops, ops[1].type, op=op, **_atomic_attrs(what, sem, scope))
+
+
 def atomic_add(b, ptr: Operand, value: Operand, mask: Operand = None) -> Value:
-    ops = _store_operands(b, "atomic_add", ptr, value, mask)
-    return b.op("atomic_add", ops, ops[1].type)
+    return atomic_rmw(b, "add", ptr, value, mask)
+
+
+def atomic_cas(b, ptr: Operand, cmp: Operand, value: Operand, sem: Any = None,
+               scope: Any = None) -> Value:
+    """`atomic_cas(ptr, cmp, value)`: pointer, cmp and value broadcast to one shape, cmp and
+    value cast to the pointee type; 16-, 32- and 64-bit elements."""
+    ptr = _pointer_arg(ptr, "atomic_cas")
+    _check_operand(cmp)
+    _check_operand(value)
+    _atomic_pointee("atomic_cas", ptr, CAS_DTYPES)
+    shp = broadcast_shapes(broadcast_shapes(ptr.shape, shape(cmp)), shape(value))
+    ptr = broadcast_to(b, ptr, shp)
+    pointee = ptr.type.elem.pointee
+    ops = [ptr, coerce(b, cmp, pointee, shp), coerce(b, value, pointee, shp)]
+    return b.op("atomic_cas", ops, ops[1].type, **_atomic_attrs("atomic_cas", sem, scope))
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -852,6 +908,55 @@ def static_assert(b, cond: Any, msg: str = "") -> None:
         raise error("static_assert needs a compile-time condition")
     if not cond:
         raise error(f"static_assert failed: {msg}" if msg else "static_assert failed")
+
+
+# ------------------------------------------------------------------------------ debugging
+
+
+def debug_barrier(b) -> None:
+    """A barrier of the program's threads (none with one thread)."""
+    b.op("barrier", [], None)
+
+
+def static_print(values: Sequence[Any], sep: str = " ", end: str = "\n", file: Any = None,
+                 flush: bool = False) -> None:
+    """Python's print at compile time; a runtime value prints as its type."""
+    _py.print(*(v.type if is_value(v) else v for v in values), sep=sep, end=end, file=file,
+              flush=flush)
+
+
+def device_print(b, prefix: Any, args: Sequence[Operand], hex: bool = False) -> None:
+    """A `print` op of the values (Python scalars become constants), with Triton's spacing of
+    the prefix (kdsl/ir/debug_print.py)."""
+    from ..ir.debug_print import munge_prefix
+
+    if not isinstance(prefix, str) or not prefix.isascii():
+        raise error(f"device_print: the prefix must be an ASCII string, got {prefix!r}")
+    vals = []
+    for a in args:
+        if isinstance(a, str):
+            raise error(f"device_print: {a!r} is a string; only the prefix (the first argument) "
+                        "may be one (kd.static_print prints compile-time values)")
+        _check_operand(a)
+        if is_ptr(a):
+            raise error("device_print cannot print pointers")
+        vals.append(to_value(b, a))
+    b.op("print", vals, None, prefix=munge_prefix(prefix, len(vals)), hex=bool(hex))
+
+
+def device_assert(b, cond: Operand, msg: Any = "", mask: Operand = None) -> None:
+    """An `assert` op on `cond | ~mask` (int1); it has effect only when debug is on (the tile
+    passes drop it otherwise, kdsl/passes/checks.py)."""
+    if not isinstance(msg, str):
+        raise error(f"device_assert: the message must be a string, got {msg!r}")
+    _check_operand(cond)
+    c = to_int1(b, cond)
+    if mask is not None:
+        _check_operand(mask)
+        m = to_int1(b, mask)
+        shp = broadcast_shapes(c.shape, m.shape)
+        c = binary(b, "or", broadcast_to(b, c, shp), broadcast_to(b, invert(b, m), shp))
+    b.op("assert", [c], None, msg=msg)
 
 
 # ------------------------------------------------------------------------- value attributes

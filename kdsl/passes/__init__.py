@@ -10,7 +10,7 @@ from __future__ import annotations
 from kdsl.ir import tile
 
 from .canonicalize import canonicalize
-from .checks import insert_checks
+from .checks import has_asserts, insert_checks
 from .cse import cse, dce
 from .loop_pointers import strength_reduce_pointers
 from .manager import PassError, PassManager, replace_all_uses
@@ -25,7 +25,9 @@ def run_tile_passes(fn: tile.Function) -> tuple[tile.Function, dict[str, str]]:
     "tile", "tile.canonicalize", "tile.loop_pointers", "tile.cse", "tile.dce"."""
     # Checked mode (`fn.attrs["check"]`) first adds its bounds and hint checks, which the
     # optimisation passes then simplify; an unchecked kernel's pipeline is unchanged.
-    checks = [("check", insert_checks)] if fn.attrs.get("check") else []
+    # Debug mode's device assertions use the same record; without debug the same pass deletes
+    # them (kdsl/passes/checks.py).
+    checks = [("check", insert_checks)] if fn.attrs.get("check") or has_asserts(fn) else []
     pm = PassManager(checks + TILE_PASSES)
     fn = pm.run(fn)
     return fn, pm.stages

@@ -10,8 +10,8 @@ It appends hidden runtime parameters after the user's ones:
                               strides (its memory span starts before its first element)
   kd_errors      ptr<int64>   the error record (ERROR_WORDS words, zeroed by the runtime)
 
-and, before every `load`/`store`/`atomic_add` whose pointer derives from exactly one pointer
-parameter p (through addptr, shape ops, casts, `where`, loop carries and branch results):
+and, before every `load`/`store`/`atomic_rmw`/`atomic_cas` whose pointer derives from exactly one
+pointer parameter p (through addptr, shape ops, casts, `where`, loop carries and branch results):
 
   off  = ptr_offset(ptr, p)                  # int64 element offset from p's start
   ok   = off >= kd_lower_<p> & off < kd_extent_<p>
@@ -24,6 +24,12 @@ The first violating lane (row-major) of the first program to claim the flag is r
 `multiple_of`/`max_contiguous` hints on integer values are verified the same way (a broken
 promise is a site of kind "multiple_of"/"max_contiguous"); the record's value is the offending
 value (multiple_of) or the flat index of the first non-contiguous run (max_contiguous).
+
+Debug mode (`fn.attrs["debug"]`) reuses the record for `assert` ops (`kd.device_assert`, `assert`
+on a runtime value): each becomes `if any(!cond)` -> record (site of kind "assert", value = flat
+index of the first failing lane), and the runtime raises `kd.DeviceAssertionError`.  Without
+debug the pass deletes `assert` ops (DCE then removes their conditions), so a kernel pays
+nothing for them; only a checked launch adds the `kd_extent_<p>` parameters.
 
 Hint semantics checked (Triton's): with `c = max_contiguous` of the value (1 when absent),
 elements come in runs of `c` consecutive integers along the last dimension, and the first
@@ -47,15 +53,16 @@ EXTENT_PREFIX = "kd_extent_"
 LOWER_PREFIX = "kd_lower_"
 #: words of the error record: flag (violations seen), site, pid0, pid1, pid2, value
 ERROR_WORDS = 8
-ACCESS_KINDS = ("load", "store", "atomic_add")
+ACCESS_KINDS = ("load", "store", "atomic_rmw", "atomic_cas")
 #: index of the mask operand of each access kind
-_MASK_AT = {"load": 1, "store": 2, "atomic_add": 2}
+_MASK_AT = {"load": 1, "store": 2, "atomic_rmw": 2, "atomic_cas": 3}
 
 
 @dataclass(frozen=True)
 class Site:
-    """One checked place: an access ("load", "store", "atomic_add") through argument `arg`,
-    or a hint ("multiple_of", "max_contiguous") with its promised `amount`."""
+    """One checked place: an access ("load", "store", "atomic_add", "atomic_cas", ...: the
+    builtin's name) through argument `arg`, a hint ("multiple_of", "max_contiguous") with its
+    promised `amount`, or a device assertion ("assert") with its `msg` and condition `shape`."""
 
     kind: str
     file: str
@@ -63,6 +70,8 @@ class Site:
     text: str
     arg: str | None = None
     amount: int | None = None
+    msg: str | None = None
+    shape: tuple[int, ...] | None = None
 
 
 # ------------------------------------------------------------------------------- building
@@ -97,7 +106,7 @@ class _Emit:
 
 
 class _Checker:
-    def __init__(self, fn: tile.Function):
+    def __init__(self, fn: tile.Function, bounds: bool = True):
         self.fn = fn
         self.roots = pointer_roots(fn)
         self.sites: list[Site] = []
@@ -113,9 +122,10 @@ class _Checker:
             return v
 
         self.params = rparams
+        self.bounds = bounds
         self.extent_of: dict[int, tile.Value] = {}
         self.lower_of: dict[int, tile.Value] = {}
-        for i, p in enumerate(rparams):
+        for i, p in enumerate(rparams if bounds else ()):
             if p.type.is_ptr:  # in this order: the runtime appends (extent, lower) per pointer
                 self.extent_of[i] = add(EXTENT_PREFIX + p.name, TileType((), int64))
                 self.lower_of[i] = add(LOWER_PREFIX + p.name, TileType((), int64))
@@ -124,9 +134,9 @@ class _Checker:
         self.hints_done: set[int] = set()
 
     def site(self, op: tile.Op, kind: str, arg: str | None = None,
-             amount: int | None = None) -> int:
+             amount: int | None = None, **extra: Any) -> int:
         loc = op.loc
-        self.sites.append(Site(kind, loc.file, loc.line, loc.text.strip(), arg, amount))
+        self.sites.append(Site(kind, loc.file, loc.line, loc.text.strip(), arg, amount, **extra))
         return len(self.sites) - 1
 
     # -- rewriting
@@ -136,10 +146,13 @@ class _Checker:
         for op in block.ops:
             for r in op.regions:
                 self.block(r)
-            if op.kind in ACCESS_KINDS:
+            if op.kind == "assert":
+                self.assertion(op, out)
+                continue
+            if op.kind in ACCESS_KINDS and self.bounds:
                 self.access(op, out)
             out.append(op)
-            if op.kind == "hint":
+            if op.kind == "hint" and self.bounds:
                 self.hint(op, out)
         block.ops = out
 
@@ -168,7 +181,22 @@ class _Checker:
             op.operands += [ok, b.const(False if pointee.is_bool else 0, shape, pointee)]
         else:
             op.operands.append(ok)
-        self.record(b, bad, off, self.site(op, op.kind, self.params[i].name))
+        kind = f"atomic_{op.attrs['op']}" if op.kind == "atomic_rmw" else op.kind
+        self.record(b, bad, off, self.site(op, kind, self.params[i].name))
+
+    def assertion(self, op: tile.Op, out: list[tile.Op]) -> None:
+        """An `assert` op becomes a record of its first failing lane (flat index)."""
+        b = _Emit(out, op.loc)
+        cond = op.operands[0]
+        bad = b.op("not", [cond], cond.type)
+        n = cond.type.numel
+        if cond.shape:
+            lane = b.op("iota", [], TileType((n,), int32), axis=0, start=0)
+            value = b.op("cast", [lane], TileType((n,), int64))
+        else:
+            value = b.const(0, (), int64)
+        self.record(b, bad, value, self.site(op, "assert", msg=op.attrs.get("msg", ""),
+                                             shape=tuple(cond.shape)))
 
     def hint(self, op: tile.Op, out: list[tile.Op]) -> None:
         root = _hint_root(op.result)
@@ -226,7 +254,8 @@ class _Checker:
             anybad = bad
         then = tile.Block()
         t = _Emit(then.ops, b.loc)
-        old = t.op("atomic_add", [self.errors, t.const(1, (), int64)], TileType((), int64))
+        old = t.op("atomic_rmw", [self.errors, t.const(1, (), int64)], TileType((), int64),
+                   op="add", sem="relaxed", scope="gpu")
         claim = tile.Block()
         c = _Emit(claim.ops, b.loc)
         words = [c.const(site, (), int64)]
@@ -259,12 +288,29 @@ def _hint_chains(fn: tile.Function) -> dict[int, dict[str, Any]]:
     return out
 
 
+def has_asserts(fn: tile.Function) -> bool:
+    return any(op.kind == "assert" for op in fn.walk())
+
+
+def _drop_asserts(block: tile.Block) -> None:
+    block.ops = [op for op in block.ops if op.kind != "assert"]
+    for op in block.ops:
+        for r in op.regions:
+            _drop_asserts(r)
+
+
 def insert_checks(fn: tile.Function) -> tile.Function:
-    """Add the bounds and hint checks (a no-op unless `fn.attrs["check"]`); records the
-    hidden parameters and the site table in `fn.attrs["checks"]` for the runtime."""
-    if not fn.attrs.get("check") or "checks" in fn.attrs:
+    """Add the bounds and hint checks (when `fn.attrs["check"]`) and turn `assert` ops into
+    checks (when `fn.attrs["debug"]`; deleted otherwise); records the hidden parameters and
+    the site table in `fn.attrs["checks"]` for the runtime.  A no-op on other kernels."""
+    if "checks" in fn.attrs:
         return fn
-    c = _Checker(fn)
+    if not fn.attrs.get("debug"):
+        _drop_asserts(fn.body)
+    check = bool(fn.attrs.get("check"))
+    if not check and not has_asserts(fn):
+        return fn
+    c = _Checker(fn, bounds=check)
     c.block(fn.body)
     fn.attrs["checks"] = {
         "sites": tuple(c.sites),
@@ -277,4 +323,4 @@ def insert_checks(fn: tile.Function) -> tile.Function:
 
 
 __all__ = ["ACCESS_KINDS", "ERROR_PARAM", "ERROR_WORDS", "EXTENT_PREFIX", "LOWER_PREFIX", "Site",
-           "insert_checks"]
+           "has_asserts", "insert_checks"]

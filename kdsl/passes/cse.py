@@ -20,9 +20,10 @@ from kdsl.ir import tile
 from .manager import resolve, use_counts
 
 #: Ops that must never be merged: memory access, side effects, control flow, terminators.
-NOT_CSE = frozenset({"load", "store", "atomic_add", "for", "while", "if"}) | tile.TERMINATORS
+NOT_CSE = (frozenset({"load", "for", "while", "if"}) | tile.SIDE_EFFECTS | tile.DEBUG_OPS
+           | tile.TERMINATORS)
 #: Ops that must never be removed even when unused.
-KEEP = tile.SIDE_EFFECTS | tile.TERMINATORS
+KEEP = tile.SIDE_EFFECTS | tile.DEBUG_OPS | tile.TERMINATORS
 
 
 def _attr_key(v: Any) -> Any:

@@ -3,8 +3,8 @@
 `ELEMENTWISE[kind](op, xs, e)` builds the Loop IR expression of one element of `op`'s result
 from the Loop IR expressions `xs` of its operands at that element; `e` is the element's flat
 index (only `iota` reads it).  Scalar ops use the same table.  Memory ops (`load`, `store`,
-`atomic_add`) and gathers (`broadcast`, `trans`) need statements or addressing and are handled
-by the lowering itself.
+`atomic_rmw`, `atomic_cas`) and gathers (`broadcast`, `trans`) need statements or addressing
+and are handled by the lowering itself.
 
 Semantic rules made explicit here (see kdsl/ir/loop.py):
 - float16/bfloat16 arithmetic runs in float32 (`compute_dtype`) and every result is wrapped in

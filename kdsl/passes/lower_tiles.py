@@ -55,7 +55,8 @@ from kdsl.ir.loop import (
     Array,
     ArrayStore,
     Assign,
-    AtomicAdd,
+    AtomicCAS,
+    AtomicRMW,
     Barrier,
     Binary,
     Const,
@@ -78,8 +79,9 @@ from . import lower_index as ix
 from .hoist_barriers import hoist_barriers
 from .lower_analysis import ALIASES, addressed_operands, aliases, stored_params, users
 from .lower_control import lower_for, lower_if, lower_while
+from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
 from .lower_dot import dot_strategy
-from .lower_elementwise import ELEMENTWISE, register_type
+from .lower_elementwise import ELEMENTWISE, const, register_type
 from .lower_reduce import lower_reduce
 from .lower_scan import lower_scan
 from .lower_vector import VecGroup, Vectorizer, element_index
@@ -628,7 +630,7 @@ class Lowerer:
             self._result_var(op.result, Load(xs[0], *_mask_other(xs), loc=op.loc))
         elif k == "store":
             self.emit(self._once(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc)))
-        elif k == "atomic_add":
+        elif k in tile.ATOMIC_OPS:
             self._scalar_atomic(op, xs)
         else:
             self._result_var(op.result, ELEMENTWISE[k](op, xs, ix.c32(0)))
@@ -638,18 +640,23 @@ class Lowerer:
         return stmt if self.T == 1 else If(Binary("eq", self.tid, ix.c32(0)), [stmt])
 
     def _scalar_atomic(self, op: tile.Op, xs: list[Expr]) -> None:
+        """Thread 0 performs a scalar atomic once per program.  With several threads, the
+        stores the other threads made before it are complete first (a barrier) when it
+        releases, and their later accesses wait for it (a barrier) when it acquires or its old
+        value is used, which reaches every thread through shared memory."""
         used = bool(self.users.get(op.result.id))
         res = self.var(op.result.name or "old", register_type(op.result.type)) if used else None
-        mask = xs[2] if len(xs) > 2 else None
-        if self.T == 1 or not used:
-            self.emit(self._once(AtomicAdd(xs[0], xs[1], mask, res, loc=op.loc)))
-        else:
-            # Thread 0 performs it; the old value reaches every thread through shared memory.
-            slot = self.shared("old_sh", res.dtype, 1)
+        sem = op.attrs.get("sem", "acq_rel")
+        slot = self.shared("old_sh", res.dtype, 1) if used and self.T > 1 else None
+        if slot is not None or sem in ("release", "acq_rel"):
             self.barrier()
-            self.emit(self._once(AtomicAdd(xs[0], xs[1], mask, res, loc=op.loc)))
+        for stmt in _atomic_stmts(op, xs, res):
+            self.emit(self._once(stmt))
+        if slot is not None:
             self.emit(self._once(ArrayStore(slot, ix.c32(0), res)))
+        if slot is not None or sem in ("acquire", "acq_rel"):
             self.barrier()
+        if slot is not None:
             self.emit(Assign(res, Index(slot, ix.c32(0))))
         if res is not None:
             self.scalars[op.result.id] = res
@@ -667,6 +674,11 @@ class Lowerer:
         if (k in tile.SIDE_EFFECTS or k == "load") and self.group is not None \
                 and self.group.vec is not None and self.group.vec.post:
             self.close()  # deferred vector stores come before the next memory access
+        sem = op.attrs.get("sem") if k in tile.ATOMIC_OPS else None
+        if sem in ("release", "acq_rel"):
+            # A group runs its ops element after element: every earlier access of this
+            # thread, of every element, must come before the first of its atomics.
+            self.close()
         g = self.open_group(prod(shape), shape)
         g.ops.add(id(op))
         if k in GATHERS:
@@ -685,16 +697,17 @@ class Lowerer:
         elif k == "store":
             g.body.append(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc))
             g.effects = True
-        elif k == "atomic_add":
+        elif k in tile.ATOMIC_OPS:
             res = None
             if self.users.get(op.result.id):
                 res = self.var(op.result.name or "old", register_type(op.result.type))
-            g.body.append(AtomicAdd(xs[0], xs[1], xs[2] if len(xs) > 2 else None, res,
-                                    loc=op.loc))
+            g.body.extend(_atomic_stmts(op, xs, res))
             g.effects = True
             if res is not None:
                 self.cur[op.result.id] = res
                 g.values.append(op.result)
+            if sem in ("acquire", "acq_rel"):
+                self.close()  # and every later access after the last of them
         else:
             self.bind(op.result, ELEMENTWISE[k](op, xs, g.e), g)
 
@@ -824,15 +837,31 @@ def _lower_dot(L: Lowerer, op: tile.Op) -> None:
     dot_strategy(L.target)(L, op)
 
 
+def _atomic_stmts(op: tile.Op, xs: list[Expr], res: Var | None) -> list[Stmt]:
+    """The Loop IR of an `atomic_rmw`/`atomic_cas` op with operand values `xs`.  A masked-off
+    lane's old value is 0, as in the interpreter."""
+    sem, scope = op.attrs.get("sem", "acq_rel"), op.attrs.get("scope", "gpu")
+    if op.kind == "atomic_cas":
+        mask = xs[3] if len(xs) > 3 else None
+        stmt: Stmt = AtomicCAS(xs[0], xs[1], xs[2], mask, res, op.loc, sem, scope)
+    else:
+        mask = xs[2] if len(xs) > 2 else None
+        stmt = AtomicRMW(op.attrs["op"], xs[0], xs[1], mask, res, op.loc, sem, scope)
+    if mask is None or res is None:
+        return [stmt]
+    return [Assign(res, const(0, op.result.type.elem)), stmt]
+
+
 # Non-fusable ops -> their lowering.
 _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
-    "reduce": lower_reduce, "scan": lower_scan, "dot": _lower_dot,
+    "reduce": lower_reduce, "scan": lower_scan, "dot": _lower_dot, **DEBUG_LOWERINGS,
 }
 
 
 def lower(fn: tile.Function, target: Target) -> Kernel:
     """Lower a Tile IR function to the Loop IR kernel run by each program instance."""
+    drop_breakpoints(fn, target)
     L = Lowerer(fn, target)
     params = []
     for p in fn.runtime_params:

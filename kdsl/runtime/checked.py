@@ -1,6 +1,7 @@
 """The launch side of the debugging modes: checked launches and NaN poison.
 
-Checked mode (`check=True`, `KDSL_CHECK=1`): the compiler (`kdsl/passes/checks.py`) appended
+Checked mode (`check=True`, `KDSL_CHECK=1`) and debug mode's device assertions
+(`debug=True`, `KDSL_DEBUG=1`, raising `kd.DeviceAssertionError`): the compiler (`kdsl/passes/checks.py`) appended
 hidden parameters to the kernel and recorded `attrs["checks"]`.  `run_checked` appends their
 values (the bounds of the element offsets each array argument allows: [0, size) for an array,
 the view's memory span for a strided view (kdsl/runtime/views.py), then a zeroed int64 error
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kdsl.backends.base import BoundArg
-from kdsl.errors import OutOfBoundsError
+from kdsl.errors import DeviceAssertionError, OutOfBoundsError
 from kdsl.ir import types as T
 from kdsl.passes.checks import ERROR_PARAM, ERROR_WORDS, EXTENT_PREFIX, LOWER_PREFIX, Site
 
@@ -55,7 +56,26 @@ def bounds(a: BoundArg) -> tuple[int, int]:
     return -int(a.origin), int(a.numel) - int(a.origin)
 
 
-def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]) -> OutOfBoundsError:
+def _assertion(info: dict[str, Any], site: Site, count: int, pid: tuple[int, int, int],
+               value: int) -> DeviceAssertionError:
+    """The error of a failed device assertion (debug mode): the first failing lane."""
+    kernel = info["kernel"]
+    text = f"\n    {site.text}" if site.text else ""
+    shape = site.shape or ()
+    element = f", element {tuple(int(i) for i in np.unravel_index(value, shape))}" if shape \
+        else ""
+    msg = (f"kernel {kernel!r}: device assertion failed at {site.file}:{site.line}{text}\n"
+           f"{site.msg or '(no message)'} (in program_id {pid}{element})")
+    if count > 1:
+        msg += f" ({count} assertions failed in all; the first recorded is shown)"
+    err = DeviceAssertionError(msg)
+    err.kernel, err.file, err.line, err.source = kernel, site.file, site.line, site.text
+    err.msg, err.program_id = site.msg or "", pid
+    return err
+
+
+def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]
+              ) -> OutOfBoundsError | DeviceAssertionError:
     """The exception describing the violation in a non-zero error `record`."""
     count, site_id, p0, p1, p2, value = (int(x) for x in record[:6])
     site: Site = info["sites"][site_id]
@@ -63,7 +83,9 @@ def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]) ->
     where = f"{site.file}:{site.line}"
     text = f"\n    {site.text}" if site.text else ""
     pid = (p0, p1, p2)
-    if site.kind in ("load", "store", "atomic_add"):
+    if site.kind == "assert":
+        return _assertion(info, site, count, pid, value)
+    if site.kind in ("load", "store") or site.kind.startswith("atomic_"):
         span = next((bounds(a) for a in args if a.name == site.arg), None)
         where_ok = f" outside [{span[0]}, {span[1]})" if span is not None else ""
         msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"

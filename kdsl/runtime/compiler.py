@@ -135,6 +135,8 @@ def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any]
     fn.attrs["num_stages"] = getattr(jitfn, "num_stages", 3)
     for name, value in (getattr(jitfn, "options", None) or {}).items():
         fn.attrs[name] = value
+    # device assertions on or off (kdsl/passes/checks.py)
+    fn.attrs["debug"] = bool(getattr(jitfn, "debug", False))
     ir: dict[str, str] = Stages(tile=print_function(fn))
     fn, stages = run_tile_passes(fn)
     ir.update(stages)

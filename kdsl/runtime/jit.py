@@ -23,6 +23,10 @@ launcher (`handle.direct_launch(grid, slots)`, the llvm backend's pack-and-run),
 outside int32, a checked or poisoned launch) misses and runs the full binder, which raises
 the precise errors; a successful full launch then records the fast entry.
 
+`debug` (`@kd.jit(debug=True)`, the launch option `debug=True`, or `KDSL_DEBUG=1`, as Triton's
+TRITON_DEBUG) turns `kd.device_assert` on (`fn.attrs["debug"]`, docs/debugging.md); it is part
+of the key too, and a kernel compiled without it has no trace of its assertions.
+
 `fast_math` (default off: IEEE semantics) lets the backends reassociate and contract float
 math (`kernel.attrs["fast_math"]`); it is part of the key, so both variants can coexist.
 """
@@ -41,7 +45,7 @@ from kdsl.ir import types as T
 
 from .binding import Signature, bind_annotated, bind_arg, multiple_of_16, normalize_grid, sig_type
 from .compiler import CompiledKernel
-from .env import launch_flags
+from .env import getenv, launch_flags
 from .options import DEFAULT_NUM_STAGES, EXPLICIT, KDSL_KEYWORDS, OPTIONS, check_num_stages
 from .options import parse as parse_options
 
@@ -98,7 +102,8 @@ def _kernel_identity(fn: Callable, seen: set[int] | None = None) -> list[str]:
 
 
 # Positions in the specialisation key (the memory cache's key; `_miss` reads them back).
-K_SIGS, K_M16, K_CX, K_WARPS, K_BACKEND, K_CHECK, K_FAST, K_STAGES, K_OPTS, K_RTCX = range(10)
+(K_SIGS, K_M16, K_CX, K_WARPS, K_BACKEND, K_CHECK, K_FAST, K_STAGES, K_OPTS, K_RTCX,
+ K_DEBUG) = range(11)
 
 
 def _param_indices(what: str, spec: Any, names: tuple[str, ...]) -> frozenset[int]:
@@ -221,7 +226,7 @@ class JITFunction:
         env = launch_flags()
         plain = (backend is None and num_warps is None and check is None and poison is None
                  and fast_math is None and num_stages is None and env[1] in _OFF
-                 and env[2] in _OFF)
+                 and env[2] in _OFF and getenv("KDSL_DEBUG") in _OFF)
         if plain and type(grid) is tuple:
             fk = self._fast_key(args, kwargs, env[0])
             if fk is not None:
@@ -237,8 +242,10 @@ class JITFunction:
         if self._shared:
             kwargs, backend, num_warps, check, poison, fast_math, num_stages = self._route(
                 kwargs, backend, num_warps, check, poison, fast_math, num_stages)
+        debug = self._debug(kwargs)
         values, key, bound = self._specialise(args, kwargs, backend, num_warps, check,
                                               fast_math, env, num_stages)
+        key += (debug,)
         g = normalize_grid(grid, lambda: dict(zip(self.signature.names, values)))
         try:
             ck = self._cache[key]
@@ -330,8 +337,10 @@ class JITFunction:
         if self._shared:
             kwargs, backend, num_warps, check, _, fast_math, num_stages = self._route(
                 kwargs, backend, num_warps, check, None, fast_math, num_stages)
+        debug = self._debug(kwargs)
         values, key, _ = self._specialise(args, kwargs, backend, num_warps, check, fast_math,
                                           None, num_stages)
+        key += (debug,)
         try:
             ck = self._cache.get(key)
         except TypeError:
@@ -340,6 +349,16 @@ class JITFunction:
         return ck if ck is not None else self._miss(key, values, False)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _debug(self, kwargs: dict[str, Any]) -> bool:
+        """The debug switch of a launch: the `debug=` option (taken out of `kwargs`, unless the
+        kernel has a parameter of that name), else `@kd.jit(debug=...)`, else KDSL_DEBUG."""
+        d = kwargs.pop("debug", None) if "debug" not in self.signature.index else None
+        if d is None:
+            d = self.debug
+        if d is None:
+            d = getenv("KDSL_DEBUG") not in _OFF
+        return bool(d)
 
     def _route(self, kwargs, backend, num_warps, check, poison, fast_math, num_stages):
         """Launch keywords that are also parameter names: Triton's options (num_warps, ...)
@@ -465,6 +484,7 @@ class JITFunction:
 
         sigs, m16, num_warps, backend = key[K_SIGS], key[K_M16], key[K_WARPS], key[K_BACKEND]
         check, fast, num_stages, opts = key[K_CHECK], key[K_FAST], key[K_STAGES], key[K_OPTS]
+        debug = key[K_DEBUG]
         be = require_backend(backend) if build else get_backend(backend)
         if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps <= 0 \
                 or num_warps & (num_warps - 1):
@@ -478,9 +498,10 @@ class JITFunction:
         aligned = tuple(n for n, a in zip(sig.runtime_names, m16) if a)
         spec = (tuple(zip(sig.runtime_names, sigs)),
                 tuple((n, type(v).__qualname__, v) for n, v in constexprs.items()),
-                num_warps, check, aligned, fast, num_stages, opts)
-        ck = cached_compile(_Specialised(self, aligned, fast, num_stages, opts), arg_types,
-                            constexprs, be, num_warps, check, sources=self.identity(),
+                num_warps, check, aligned, fast, num_stages, opts) + \
+            ((("debug", True),) if debug else ())
+        ck = cached_compile(_Specialised(self, aligned, fast, num_stages, opts, debug),
+                            arg_types, constexprs, be, num_warps, check, sources=self.identity(),
                             spec=spec, version=__version__, build=build)
         self._cache[key] = ck
         return ck
@@ -488,19 +509,21 @@ class JITFunction:
 
 class _Specialised:
     """The kernel as one compile sees it: `fn` plus the specialisation options that
-    `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`, `num_stages` and the
-    code-changing launch `options`)."""
+    `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`, `num_stages`, the
+    code-changing launch `options` and `debug`)."""
 
-    __slots__ = ("fast_math", "fn", "jit", "multiple_of_16", "num_stages", "options")
+    __slots__ = ("debug", "fast_math", "fn", "jit", "multiple_of_16", "num_stages", "options")
 
     def __init__(self, jit: JITFunction, multiple_of_16: tuple[str, ...], fast_math: bool,
-                 num_stages: int = DEFAULT_NUM_STAGES, options: tuple = ()):
+                 num_stages: int = DEFAULT_NUM_STAGES, options: tuple = (),
+                 debug: bool = False):
         self.jit = jit
         self.fn = jit.fn
         self.multiple_of_16 = multiple_of_16
         self.fast_math = fast_math
         self.num_stages = num_stages
         self.options = dict(options)
+        self.debug = debug
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.jit, name)

@@ -420,8 +420,9 @@ def test_atomic_add_and_runtime_full():
         kd.store(x_ptr + kd.arange(0, 4), old + kd.full((4,), v, kd.float32))
 
     f = build(k, x_ptr=P(float32), v=S(int32))
-    at = first(f, "atomic_add")
+    at = first(f, "atomic_rmw")
     assert at.result.type == TileType((4,), float32) and len(at.operands) == 3
+    assert at.attrs == {"op": "add", "sem": "acq_rel", "scope": "gpu"}
 
 
 def test_dot_int8_and_explicit_acc():
@@ -475,7 +476,7 @@ def _bad_name(x_ptr, n):
 
 
 def _bad_call(x_ptr, n):
-    y = print(n)
+    y = sorted(n)
 
 
 def _bad_argc(x_ptr, n):
@@ -504,7 +505,7 @@ def _bad_helper_args(x_ptr, n):
     (_bad_broadcast, "kd.arange(0, 16) +", "[16] and [32]"),
     (_bad_carry, "for i in range(n)", "'acc' changes type"),
     (_bad_name, "no_such_thing", "unknown name 'no_such_thing'"),
-    (_bad_call, "print(n)", "not a kdsl function"),
+    (_bad_call, "sorted(n)", "not a kdsl function"),
     (_bad_argc, "program_id()", "kd.program_id"),
     (_bad_syntax, "for i in range(3)]", "unsupported syntax"),
     (_bad_dtype, "kd.zeros", "expected a dtype"),

@@ -37,9 +37,9 @@ class KB:
                 type = operands[1].type if kind == "where" else type.with_elem(type.elem.pointee)
             elif kind == "load":
                 type = type.with_elem(type.elem.pointee)
-            elif kind == "atomic_add":
+            elif kind in ("atomic_rmw", "atomic_cas"):
                 type = operands[1].type
-        types = [] if kind in ("store", "yield", "condition") else (
+        types = [] if kind in ("store", "yield", "condition") or kind in tile.DEBUG_OPS else (
             [type] if n is None else list(type))
         self.line += 1
         loc = tile.Loc("kern.py", self.line if line is None else line, 0, f"line_{self.line}()")
@@ -165,7 +165,7 @@ def test_atomic_add_duplicates_and_old_values():
     acc, old = kb.param("acc", T.int32, True), kb.param("old", T.int32, True)
     idx = kb.op("mod", kb.iota(8), kb.const(3, T.int32, (8,)))
     ones = kb.op("add", kb.iota(8), kb.const(1, T.int32, (8,)))
-    prev = kb.op("atomic_add", kb.ptrs(acc, idx), ones)
+    prev = kb.op("atomic_rmw", kb.ptrs(acc, idx), ones, attrs={"op": "add", "sem": "acq_rel", "scope": "gpu"})
     kb.op("store", kb.ptrs(old, kb.iota(8)), prev)
     fn = kb.done()
     a = np.zeros(3, np.int32)
@@ -190,7 +190,7 @@ def test_atomic_add_masked_float():
     acc = kb.param("acc", T.float32, True)
     idx = kb.const(0, T.int32, (16,))
     m = kb.op("lt", kb.iota(16), kb.const(5, T.int32, (16,)))
-    kb.op("atomic_add", kb.ptrs(acc, idx), kb.const(0.5, T.float32, (16,)), m)
+    kb.op("atomic_rmw", kb.ptrs(acc, idx), kb.const(0.5, T.float32, (16,)), m, attrs={"op": "add", "sem": "acq_rel", "scope": "gpu"})
     fn = kb.done()
     a = np.zeros(1, np.float32)
     run(fn, (3, 1, 1), a)

@@ -30,7 +30,8 @@ BACKEND_TESTS = os.path.join(HERE, os.pardir, "backend")
 
 OTHER_KINDS = {
     "const", "program_id", "num_programs", "iota", "splat", "broadcast", "reshape", "trans",
-    "fma", "where", "cast", "bitcast", "addptr", "ptr_offset", "load", "store", "atomic_add",
+    "fma", "where", "cast", "bitcast", "addptr", "ptr_offset", "load", "store", "atomic_rmw",
+    "atomic_cas", "barrier", "print", "assert", "breakpoint",
     "reduce", "scan", "dot", "hint", "for", "while", "if", "yield", "condition",
 }
 ALL_KINDS = tile.BINARY_OPS | tile.COMPARE_OPS | tile.UNARY_OPS | OTHER_KINDS
@@ -287,8 +288,16 @@ def every_op_kernel() -> tuple[tile.Function, int, int]:
                      "none": None, "flag": False, "empty": (), "one": (1,),
                      "nested": CONSTEXPRS["NESTED"], "np": np.float32(1.5),
                      "t": TileType((2, 3), PointerType(T.float16)), "big": -2**80}))
-    old = kb.op("atomic_add", kb.ptrs(oi, kb.iota(B)), iv, mask)
+    old = kb.op("atomic_rmw", kb.ptrs(oi, kb.iota(B)), iv, mask,
+                attrs={"op": "max", "sem": "relaxed", "scope": "cta"})
     out(old)
+    out(kb.op("atomic_cas", kb.ptrs(oi, kb.iota(B)), iv, old,
+              attrs={"sem": "acquire", "scope": "sys"}))
+    kb.op("barrier")
+    kb.op("print", iv, old, attrs={"prefix": " x {y} %d: ", "hex": True})
+    kb.op("print", attrs={"prefix": " hello", "hex": False})
+    kb.op("assert", kb.op("or", mask, kb.op("not", mask)), attrs={"msg": "it's \"odd\""})
+    kb.op("breakpoint", iv, attrs={"names": ("iv",), "consts": (("S", 3), ("w", "x"))})
     # control flow: for with a carried tile, while, if with results
     zero, one = kb.const(0, T.int32), kb.const(1, T.int32)
     loop = tile.Op("for", [zero, n, one, xv], [F32], regions=[tile.Block()],
@@ -326,7 +335,9 @@ def every_op_kernel() -> tuple[tile.Function, int, int]:
     return kb.done(), slots["f"], slots["i"]
 
 
-def test_hand_built_ir_with_every_op_kind():
+def test_hand_built_ir_with_every_op_kind(monkeypatch):
+    stops = []
+    monkeypatch.setattr(sys, "breakpointhook", lambda: stops.append(1))
     fn, nf, ni = every_op_kernel()
     assert {op.kind for op in fn.walk()} == ALL_KINDS
     text = tile.print_function(fn)

@@ -518,7 +518,8 @@ def test_if_and_while():
 def test_scalar_store_and_atomic_once_per_program():
     b = FB("once", [("cnt", ptr(int32)), ("o", ptr(int32))])
     cnt, o = b.args
-    old = b.op("atomic_add", [cnt, b.const(1, int32)], scalar(int32))
+    old = b.op("atomic_rmw", [cnt, b.const(1, int32)], scalar(int32), op="add", sem="acq_rel",
+               scope="gpu")
     b.store(b.addptr(o, b.pid()), old)
     fn = b.fn()
     for t in THREADS:
@@ -696,8 +697,8 @@ def test_tile_atomic_add_returns_old_values():
     cnt, old = b.args
     offs = b.iota(12)
     bucket = b.bin("mod", offs, b.const(3, int32, (12,)))
-    prev = b.op("atomic_add", [b.addptr(cnt, bucket), b.const(1, int32, (12,))],
-                TileType((12,), int32))
+    prev = b.op("atomic_rmw", [b.addptr(cnt, bucket), b.const(1, int32, (12,))],
+                TileType((12,), int32), op="add", sem="relaxed", scope="gpu")
     b.store(b.addptr(old, b.bin("add", b.splat(b.bin("mul", b.pid(), b.const(12, int32)),
                                                 (12,)), offs)), prev)
     fn = b.fn()
