@@ -12,10 +12,11 @@ from .autotune import Config, autotune
 from .errors import CompilationError, OutOfBoundsError
 from .language import *  # noqa: F401,F403  (kd.program_id, kd.load, kd.float16, kd.constexpr, ...)
 from .language import __all__ as _language_all
+from .runtime.binding import float8_view
 from .runtime.jit import JITFunction, jit
 from .runtime.registry import available_backends
 
 __all__ = [  # noqa: PLE0604  (the language names are listed by kdsl.language)
     "__version__", "testing", "autotune", "Config", "CompilationError", "OutOfBoundsError",
-    "JITFunction", "jit", "available_backends", *_language_all,
+    "JITFunction", "jit", "available_backends", "float8_view", *_language_all,
 ]

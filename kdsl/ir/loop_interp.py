@@ -39,8 +39,8 @@ def _np(t: DType) -> type:
 
 
 def _mem_np(t: DType) -> np.dtype:
-    """NumPy dtype of a `t` in memory (8-bit floats: their codes)."""
-    return np.dtype(np.uint8) if t.is_fp8 else np.dtype(_np(t))
+    """NumPy dtype of a `t` in memory (bfloat16: uint16 bits, 8-bit floats: their codes)."""
+    return np.dtype(t.np)
 
 
 def _typed(v: Any, t) -> Any:

@@ -84,7 +84,7 @@ def round_value(x: Expr, dtype: DType, register: bool) -> Expr:
     normal = _bin("and", _rounded_normal(a, f), ~((1 << shift) - 1) & 0xFFFFFFFF)
     sub = Bitcast(Binary("mul", Cast(_quanta(a, f), float32), _f(f.subnormal_scale)), uint32)
     r = Select(_bin("lt", a, f.min_normal_bits), sub, normal)
-    saturated = Select(_bin("gt", r, f.max_bits), _u(f.max_bits), r)
+    saturated = _bin("minimum", r, f.max_bits)  # (unsigned) infinities included
     if register and f.special == "ieee":
         saturated = Select(_bin("eq", a, _INF), _u(_INF), saturated)
     sign = _bin("and", u, 0x80000000)
@@ -122,7 +122,7 @@ def encode(x: Expr, dtype: DType) -> Expr:
     shift = 23 - f.man_bits
     normal = _bin("sub", _bin("shr", _rounded_normal(a, f), shift), f.rebias << f.man_bits)
     c = Select(_bin("lt", a, f.min_normal_bits), _quanta(a, f), normal)
-    c = Select(_bin("gt", c, f.max_code), _u(f.max_code), c)
+    c = _bin("minimum", c, f.max_code)
     if f.special == "ieee":
         c = Select(_bin("eq", a, _INF), _u(0x7C), c)
     sign = _bin("and", _bin("shr", u, 24), 0x80)

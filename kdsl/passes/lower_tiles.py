@@ -74,7 +74,14 @@ from kdsl.target import Target
 
 from . import lower_fp8 as mem  # loads and stores (8-bit floats move as their codes)
 from . import lower_index as ix
-from .lower_analysis import ALIASES, addressed_operands, aliases, stored_params, users
+from .lower_analysis import (
+    ALIASES,
+    addressed_operands,
+    aliases,
+    raw_pointer_loc,
+    stored_params,
+    users,
+)
 from .lower_control import lower_for, lower_if, lower_while
 from .lower_dot import dot_strategy
 from .lower_elementwise import ELEMENTWISE, register_type
@@ -841,6 +848,9 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
         "stored_params": stored_params(fn),
         "shared_bytes": L.shared_bytes,
     }
+    raw = raw_pointer_loc(fn)
+    if raw is not None:
+        attrs["raw_pointers"] = raw
     if L.hints:
         attrs["hints"] = L.hints
     return Kernel(fn.name, params, L.out, L.variables, L.arrays, L.T, attrs)

@@ -90,6 +90,9 @@ def poison_value(dtype: T.DType) -> tuple[np.dtype, Any]:
     """(storage dtype, fill value) that marks an element as never written."""
     if dtype.name == "bfloat16":
         return np.dtype(np.uint16), 0x7FC0  # a quiet NaN's bits
+    if dtype.is_fp8:  # the format's NaN code (float8e4b15 has none: 0x7f, its largest value)
+        from kdsl.ir.fp8 import fmt
+        return np.dtype(np.uint8), 0x7F if fmt(dtype).special == "none" else fmt(dtype).nan_code
     if dtype.is_float:
         return dtype.np, np.nan
     if dtype.is_bool:
