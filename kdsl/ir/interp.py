@@ -81,7 +81,8 @@ def round_bf16(x: np.ndarray) -> np.ndarray:
 def _f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
     """float64 -> float32 rounding to odd, so that a second rounding to a narrower type (bf16)
     gives the correctly rounded result (no double-rounding error)."""
-    f = x.astype(np.float32)
+    with np.errstate(over="ignore"):
+        f = x.astype(np.float32)
     inexact = f.astype(np.float64) != x
     inexact &= np.isfinite(x)
     toward_zero = np.where(np.abs(f.astype(np.float64)) > np.abs(x),
@@ -299,7 +300,8 @@ def _cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
 
 
 def _bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
-    bits = np.ascontiguousarray(to_storage(x, src))
+    # (np.ascontiguousarray turns a 0-d array into shape (1,): keep the caller's shape)
+    bits = np.ascontiguousarray(to_storage(x, src)).reshape(np.shape(x))
     return from_storage(bits.view(dst.np), dst)
 
 

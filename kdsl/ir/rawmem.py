@@ -59,6 +59,8 @@ def check(addrs: np.ndarray, size: int, write: bool, what: str) -> None:
 
 def _clusters(addrs: np.ndarray, size: int):
     """(indices, lo, hi) of groups of nearby addresses, each read through one view."""
+    if addrs.size == 0:
+        return
     order = np.argsort(addrs, kind="stable")
     s = addrs[order]
     cuts = np.nonzero(np.diff(s) > _GAP)[0] + 1

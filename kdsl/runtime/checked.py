@@ -59,6 +59,10 @@ def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]) ->
         bounds = f" outside [0, {extent})" if extent is not None else ""
         msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"
                f"argument {site.arg!r}: element offset {value}{bounds}, in program_id {pid}")
+    elif site.kind == "null":
+        msg = (f"kernel {kernel!r}: access through a null pointer at {where}{text}\n"
+               f"address {value:#x}: a pointer made from an integer is not bounded by checked "
+               f"mode (only null addresses, below 64 KiB, are caught), in program_id {pid}")
     elif site.kind == "multiple_of":
         msg = (f"kernel {kernel!r}: broken hint at {where}{text}\n"
                f"multiple_of({site.amount}): value {value} is not a multiple of {site.amount}, "
