@@ -590,7 +590,8 @@ class CodeGenerator(ast.NodeVisitor):
             return normalize(fn(*args, **kwargs))
         if fn is core.pointer_type:  # a compile-time type, as in Triton
             if len(args) != 1 or kwargs or not isinstance(args[0], DType):
-                raise semantic.error("kd.pointer_type takes one dtype (kd.pointer_type(kd.float16))")
+                raise semantic.error("kd.pointer_type takes one dtype, as in "
+                                     "kd.pointer_type(kd.float16)")
             return core.pointer_type(args[0])
         if fn in _PY_MINMAX and any(semantic.is_value(a) for a in args):
             if len(args) != 2 or kwargs:

@@ -2,7 +2,7 @@
 bitcasts; conversions from float32 (halfway cases, overflow, subnormals, NaN, infinities),
 float16, bfloat16, float64 and int32; arithmetic; an fp8 dot against float64; a Triton-style
 quantisation kernel.  Expected values come from the NumPy reference (kdsl/ir/fp8.py, itself
-checked against ml_dtypes in tests/unit/test_fp8.py) and from ml_dtypes directly."""
+checked against ml_dtypes in tests/unit/test_fp8_formats.py) and from ml_dtypes directly."""
 
 from __future__ import annotations
 
@@ -281,3 +281,11 @@ def test_conversion_under_fast_math(backend, dt):
     y = codes_of(np.zeros(x.size), dt)
     convert[(kd.cdiv(x.size, 512),)](x, y, x.size, BLOCK=512, backend=backend, fast_math=True)
     assert np.array_equal(y.array, fp8.convert(x, dt))
+
+
+def test_poison_marks_unwritten_fp8_elements(backend):
+    x = np.ones(8, np.float32)
+    for dt, nan in ((kd.float8e4nv, 0x7F), (kd.float8e4b8, 0x80)):
+        y = codes_of(np.zeros(16), dt)
+        convert[(1,)](x, y, 8, BLOCK=8, backend=backend, poison=True)
+        assert list(y.array) == [fp8.code_of(1.0, dt)] * 8 + [nan] * 8

@@ -160,6 +160,7 @@ def test_interp_refuses_an_unmapped_address():
 
 def test_opencl_refuses_raw_pointers_without_the_host_address_space(monkeypatch):
     from kdsl.backends import get_backend
+
     from kdsl.runtime.registry import backend_status
 
     if not backend_status("opencl")[0]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from kdsl.backends import cuda
 
 import kdsl as kd
-from kdsl.backends import cuda
 
 HERE = Path(__file__).resolve().parent.parent / "backend"
 needs_compiler = pytest.mark.skipif(not cuda.compiler_available(),
@@ -42,24 +42,24 @@ def fp8(dt):
 
 CASES = {
     "copy_codes_e4nv": (f8.copy_codes, (fp8(kd.float8e4nv), fp8(kd.float8e4nv), f32, u8),
-                        dict(BLOCK=256)),
-    "from_bits_e5": (f8.from_bits, (u8, fp8(kd.float8e5)), dict(BLOCK=256)),
-    "convert_f32_e4b15": (f8.convert, (f32, fp8(kd.float8e4b15), 4), dict(BLOCK=256)),
+                        {"BLOCK": 256}),
+    "from_bits_e5": (f8.from_bits, (u8, fp8(kd.float8e5)), {"BLOCK": 256}),
+    "convert_f32_e4b15": (f8.convert, (f32, fp8(kd.float8e4b15), 4), {"BLOCK": 256}),
     "convert_f16_e4b8": (f8.convert, (np.zeros(4, np.float16), fp8(kd.float8e4b8), 4),
-                         dict(BLOCK=256)),
-    "convert_f64_e5b16": (f8.convert, (np.zeros(4), fp8(kd.float8e5b16), 4), dict(BLOCK=256)),
+                         {"BLOCK": 256}),
+    "convert_f64_e5b16": (f8.convert, (np.zeros(4), fp8(kd.float8e5b16), 4), {"BLOCK": 256}),
     "add_e5": (f8.add_fp8, (fp8(kd.float8e5), fp8(kd.float8e5), fp8(kd.float8e5), 4),
-               dict(BLOCK=256)),
+               {"BLOCK": 256}),
     "quantize_e4nv": (f8.quantize_rows, (f32, np.zeros(4, ml_dtypes.float8_e4m3fn), f32, 4),
-                      dict(BLOCK=256)),
+                      {"BLOCK": 256}),
     "quantize_e5": (f8.quantize_rows, (f32, np.zeros(4, ml_dtypes.float8_e5m2), f32, 4),
-                    dict(BLOCK=256)),
+                    {"BLOCK": 256}),
     "dot_e4nv_e5": (f8.dot_fp8, (fp8(kd.float8e4nv), fp8(kd.float8e5), f32),
-                    dict(M=16, N=16, K=32)),
+                    {"M": 16, "N": 16, "K": 32}),
     "addresses": (ptrs.addresses, (f32, i64, f32), {}),
-    "as_bytes": (ptrs.as_bytes, (f32, u8), dict(BLOCK=16)),
-    "grouped_gemm": (ptrs.grouped_gemm, (i64, i64, i64, i32, 3), dict(BM=32, BN=32, BK=16)),
-    "through_table": (ptrs.through_table, (i64, f32, 5), dict(BLOCK=128)),
+    "as_bytes": (ptrs.as_bytes, (f32, u8), {"BLOCK": 16}),
+    "grouped_gemm": (ptrs.grouped_gemm, (i64, i64, i64, i32, 3), {"BM": 32, "BN": 32, "BK": 16}),
+    "through_table": (ptrs.through_table, (i64, f32, 5), {"BLOCK": 128}),
 }
 
 

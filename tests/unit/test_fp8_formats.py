@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import types
-from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -145,7 +144,8 @@ def test_loop_ir_conversions_match_the_reference(dt):
     enc = _simulate(lambda v: lower_fp8.encode(v, dt), x, float32, uint32)
     assert np.array_equal(enc, fp8.encode(x, dt))
     for register, ref in ((True, fp8.register_value), (False, fp8.convert_value)):
-        r = _simulate(lambda v: lower_fp8.round_value(v, dt, register), x, float32, float32)
+        r = _simulate(lambda v, reg=register: lower_fp8.round_value(v, dt, reg), x, float32,
+                      float32)
         assert np.array_equal(bits(r), bits(ref(x, dt))), register
 
 
@@ -167,7 +167,11 @@ def fp8_mix(a_ptr, b_ptr, out_ptr, f_ptr, n, BLOCK: kd.constexpr):
     m = offs < n
     a = kd.load(a_ptr + offs, mask=m, other=0.5)              # float8e5
     b = kd.load(b_ptr + offs, mask=m)                          # float8e4nv
-    t = kd.trans(kd.reshape(a * 2, (4, BLOCK // 4)))           # crosses threads
+    if a.dtype == kd.float8e5:                                 # compile-time branch
+        two = kd.full((BLOCK,), 2.0, kd.float8e5)
+    else:
+        two = kd.zeros((BLOCK,), kd.float8e5)
+    t = kd.trans(kd.reshape(a * two, (4, BLOCK // 4)))         # crosses threads
     s = kd.reshape(kd.trans(t), (BLOCK,))
     kd.store(out_ptr + offs, kd.where(s > b.to(kd.float8e5), s, b.to(kd.float8e5)), mask=m)
     kd.store(f_ptr + offs, (a.to(kd.float32) + b).to(kd.float8e4nv).to(kd.float32))
@@ -247,8 +251,8 @@ def test_dot_of_fp8_upcasts_to_float16():
 
 @pytest.mark.parametrize("src,msg", [
     ("    kd.atomic_add(a, 1.0)\n", "atomic_add is not defined on float8e4nv"),
-    ("    x = kd.load(a + kd.arange(0, 16)[:, None] * 0 + kd.arange(0, 16)[None, :])\n"
-     "    kd.dot(x, x, out_dtype=kd.float8e4nv)\n", "accumulator cannot be float8e4nv"),
+    (("    x = kd.load(a + kd.arange(0, 16)[:, None] * 0 + kd.arange(0, 16)[None, :])\n"
+      "    kd.dot(x, x, out_dtype=kd.float8e4nv)\n"), "accumulator cannot be float8e4nv"),
 ])
 def test_fp8_errors(src, msg):
     with pytest.raises(kd.CompilationError, match=msg) as e:
