@@ -14,7 +14,9 @@ Semantic rules (those of `kdsl/ir/loop.py`):
   MIN / -1 instead of trapping;
 - float maximum/minimum propagate NaN (C's fmax/fmin do not);
 - float16/bfloat16 values are float32 in registers: memory accesses convert, `Round` rounds to
-  nearest even (bfloat16 by bit manipulation on uint16 storage, NaN kept quiet);
+  nearest even (bfloat16 by bit manipulation on uint16 storage, NaN kept quiet); 8-bit floats
+  are bytes in memory (the lowering converts their codes, kdsl/passes/lower_fp8.py);
+- pointers convert to and from 64-bit integers and to other pointers with C casts;
 - a masked load is `(mask ? load : other)`: C's `?:` is lazy, so masked-off lanes never touch
   memory;
 - float constants are printed so that they parse back to the same bits; inf/nan via macros.
@@ -247,6 +249,8 @@ class CEmitter:
         """C type of an element of type `t` in memory (arrays, pointees)."""
         if t.name == "float64":
             self.uses_fp64 = True
+        if t.is_fp8:  # the code (kdsl/ir/loop.py)
+            return self.d.types["uint8"]
         return self.d.mem_types.get(t.name, self.d.types.get(t.name, ""))
 
     def _fill(self, fmt: str, t: DType, **kw: str) -> str:
@@ -360,6 +364,8 @@ class CEmitter:
                 f": ({T}){x})")
 
     def _bitcast(self, e: loop.Bitcast) -> str:
+        if isinstance(e.dtype, PointerType):  # the same address, another pointee
+            return f"(({self.ctype(e.dtype)})({self.expr(e.x)}))"
         return self.d.bitcast.format(T=self.ctype(e.dtype), x=self.expr(e.x))
 
     def _round(self, e: loop.Round) -> str:

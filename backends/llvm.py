@@ -41,6 +41,11 @@ _REG = {"int1": I1, "int8": I8, "int16": I16, "int32": I32, "int64": I64, "uint8
         "float32": F32, "float64": F64}
 # Memory type of the elements a pointer points to (bool arrays are NumPy bytes).
 _MEM = {**_REG, "int1": I8, "float16": F16, "bfloat16": I16}
+# 8-bit floats: float32 values, byte codes in memory (kdsl/ir/loop.py)
+_REG.update({n: F32 for n in ("float8e4nv", "float8e5", "float8e4b15", "float8e4b8",
+                              "float8e5b16")})
+_MEM.update({n: I8 for n in ("float8e4nv", "float8e5", "float8e4b15", "float8e4b8",
+                             "float8e5b16")})
 
 
 def reg_type(t: DType | PointerType) -> ir.Type:
@@ -280,6 +285,8 @@ class _FnEmitter:
         return (self.b.sext if signed else self.b.zext)(x, dty)
 
     def _e_Bitcast(self, e: L.Bitcast) -> ir.Value:
+        if isinstance(e.dtype, PointerType):
+            return self.expr(e.x)  # opaque pointers: the same value
         return self.b.bitcast(self.expr(e.x), reg_type(e.dtype))
 
     def _e_Round(self, e: L.Round) -> ir.Value:

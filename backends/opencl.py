@@ -10,6 +10,13 @@ execution: it puts a barrier around every exchange through local memory).
 Half precision: without `cl_khr_fp16` (PoCL's CPU device) the `half` type exists only behind
 pointers, so float16 memory is read with `vload_half` and written with `vstore_half_rte`, and
 rounding goes through a private ushort; with the extension `convert_half_rte` is used.
+
+Pointers made from integers (`int_to_ptr`) hold addresses of the device's memory space.  A CPU
+device (PoCL's) runs kernels in the host process and is given NumPy arrays in place
+(USE_HOST_PTR), so host addresses (`array.ctypes.data`) and the addresses a kernel takes of its
+arguments (`ptr.to(kd.int64)`) are the same and valid there; memory reached only through such
+an address is the caller's to keep alive.  On any other device the kernel is refused with a
+CompilationError rather than let it dereference host addresses.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kdsl.errors import CompilationError
 from kdsl.ir import loop
 from kdsl.target import Target
 
@@ -194,8 +202,17 @@ class OpenCLBackend(Backend):
     def codegen(self, kernel: loop.Kernel) -> str:
         return emit(kernel, self.dialect())
 
+    def _check_addresses(self, kernel: loop.Kernel, rt: _Runtime) -> None:
+        loc = kernel.attrs.get("raw_pointers")
+        if loc is not None and not rt.zero_copy:
+            raise CompilationError(
+                f"a pointer made from an integer needs a device that shares the host's address "
+                f"space; OpenCL device {rt.device.name!r} does not (backends that can: interp, "
+                f"llvm, cuda with device addresses, opencl on a CPU device)", loc, kernel.name)
+
     def build(self, kernel: loop.Kernel, source: str) -> _Program:
         rt = self.runtime()
+        self._check_addresses(kernel, rt)
         program = rt.cl.Program(rt.ctx, source)
         try:
             program.build(options=build_options(kernel))
@@ -208,6 +225,7 @@ class OpenCLBackend(Backend):
 
     def deserialize(self, kernel: loop.Kernel, data: bytes) -> _Program:
         rt = self.runtime()
+        self._check_addresses(kernel, rt)
         program = rt.cl.Program(rt.ctx, [rt.device], [data])
         program.build(options=build_options(kernel))
         return _Program(program, kernel_name(kernel.name))

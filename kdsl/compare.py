@@ -338,12 +338,13 @@ def program_map(kernel: Any, grid: Any, args: Sequence, kwargs: dict,
     masked = {i: np.full(buffers[i].shape[0], -1, np.int64) for i in stored}
 
     class Recorder(interp._Machine):
-        def _record(self, ins: list, mask_at: int) -> None:
+        def _record(self, op, ins: list, mask_at: int) -> None:
             ptr = ins[0]
             if ptr.buf not in writer:
                 return
             lin = self.pid[0] + grid3[0] * (self.pid[1] + grid3[1] * self.pid[2])
-            off = np.asarray(ptr.off).ravel()
+            # element offsets (a pointer's offsets count bytes)
+            off = np.asarray(ptr.off).ravel() // op.operands[0].type.elem.pointee.np.itemsize
             n = writer[ptr.buf].shape[0]
             if len(ins) > mask_at:
                 sel = np.broadcast_to(np.asarray(ins[mask_at], bool),
@@ -355,11 +356,11 @@ def program_map(kernel: Any, grid: Any, args: Sequence, kwargs: dict,
 
         def store(self, op, ins):
             super().store(op, ins)
-            self._record(ins, 2)
+            self._record(op, ins, 2)
 
         def atomic(self, op, ins):
             out = super().atomic(op, ins)
-            self._record(ins, 3 if op.kind == "atomic_cas" else 2)
+            self._record(op, ins, 3 if op.kind == "atomic_cas" else 2)
             return out
 
     m = Recorder(fn, grid3, buffers)

@@ -5,8 +5,10 @@ with NumPy.  The rules written here are the ones every backend must reproduce (d
 
 - float16/bfloat16 values are held in float32 and rounded to their type (nearest, ties to even)
   after every op that produces them; loads widen, stores narrow.
+- 8-bit floats are held in float32 too; their conversions are those of `fp8.py`.
 - integers wrap; integer `floordiv`/`mod` follow C and define x // 0 == x % 0 == 0.
-- a pointer value is a `Ptr(buffer index, int64 element offsets)`.
+- a pointer value is a `Ptr(buffer index, int64 byte offsets)`; a pointer made from an integer
+  (`int_to_ptr`) has the buffer index `RAW` and holds process addresses (`rawmem.py`).
 
 `evaluate(op, values)` evaluates one memory-free op on given values; the constant folder uses it,
 so folding can never disagree with execution.
@@ -22,15 +24,20 @@ from typing import Any
 import numpy as np
 
 from ..errors import OutOfBoundsError
-from . import atomics, tile
+from . import atomics, fp8, rawmem, tile
 from .types import DType, PointerType, bfloat16, compute_dtype, float16, float64
 
 # ------------------------------------------------------------------------------ value model
 
 
+RAW = -1  # `Ptr.buf` of a pointer made from an integer: its offsets are process addresses
+
+
 @dataclass(frozen=True)
 class Ptr:
-    """A pointer tile: the index of the argument buffer and the element offsets (int64)."""
+    """A pointer tile: the index of the argument buffer and the byte offsets (int64) from its
+    start (bytes, so that a pointer bitcast to another pointee keeps its meaning); with
+    `buf == RAW`, absolute addresses."""
 
     buf: int
     off: np.ndarray
@@ -74,7 +81,8 @@ def round_bf16(x: np.ndarray) -> np.ndarray:
 def _f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
     """float64 -> float32 rounding to odd, so that a second rounding to a narrower type (bf16)
     gives the correctly rounded result (no double-rounding error)."""
-    f = x.astype(np.float32)
+    with np.errstate(over="ignore"):
+        f = x.astype(np.float32)
     inexact = f.astype(np.float64) != x
     inexact &= np.isfinite(x)
     toward_zero = np.where(np.abs(f.astype(np.float64)) > np.abs(x),
@@ -90,6 +98,8 @@ def _round_to(x: Any, elem: DType) -> np.ndarray:
         return round_f16(x)
     if elem == bfloat16:
         return round_bf16(x)
+    if elem.is_fp8:
+        return fp8.register_value(x, elem)
     want = _cnp(elem)
     return x if x.dtype == want else x.astype(want)
 
@@ -98,6 +108,8 @@ def to_storage(x: np.ndarray, elem: DType) -> np.ndarray:
     """Register values -> memory representation (bfloat16 as uint16 bits)."""
     if elem == bfloat16:
         return bf16_bits(x)
+    if elem.is_fp8:
+        return fp8.encode(x, elem)
     return np.asarray(x).astype(elem.np)
 
 
@@ -105,6 +117,8 @@ def from_storage(x: np.ndarray, elem: DType) -> np.ndarray:
     """Memory representation -> register values (16-bit floats widen to float32)."""
     if elem == bfloat16:
         return bf16_from_bits(x)
+    if elem.is_fp8:
+        return fp8.decode(x, elem)
     return np.asarray(x).astype(_cnp(elem))
 
 
@@ -120,6 +134,8 @@ def wrap_int(v: int, elem: DType) -> np.ndarray:
 
 def scalar_value(a: Any, elem: DType) -> np.ndarray:
     """A Python number (or NumPy scalar) as the register value of a scalar of type `elem`."""
+    if elem.is_fp8:  # a value of the type (a folded constant): the register rule
+        return fp8.register_value(np.asarray(float(a), dtype=np.float64), elem)
     if elem.is_float:
         return _cast(np.asarray(float(a), dtype=np.float64), float64, elem)
     return wrap_int(int(a), elem)
@@ -265,6 +281,8 @@ def _cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     if dst.is_bool:
         return x != 0
     if dst.is_float:
+        if dst.is_fp8:  # the conversion rule (fp8.py); from float64 through round-to-odd
+            return fp8.convert_value(x if src.is_float else x.astype(np.float64), dst)
         if dst == bfloat16:
             return bf16_from_bits(bf16_bits(x.astype(np.float64) if not src.is_float else x))
         if dst == float16:
@@ -282,8 +300,9 @@ def _cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
 
 
 def _bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
-    bits = np.ascontiguousarray(to_storage(x, src))
-    return from_storage(bits.view(dst.np if dst != bfloat16 else np.uint16), dst)
+    # (np.ascontiguousarray turns a 0-d array into shape (1,): keep the caller's shape)
+    bits = np.ascontiguousarray(to_storage(x, src)).reshape(np.shape(x))
+    return from_storage(bits.view(dst.np), dst)
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
@@ -320,7 +339,9 @@ def _h_const(op, ins, m):
     t = op.result.type
     if isinstance(t.elem, DType):
         v = np.asarray(op.attrs["value"])
-        if t.elem.is_float:
+        if t.elem.is_fp8:  # the constant is a value of the type (the register rule)
+            v = fp8.register_value(v.astype(np.float64), t.elem)
+        elif t.elem.is_float:
             v = v.astype(np.float64)  # round once, from the exact value, to the target type
             v = _cast(v, float64, t.elem)
         elif t.elem.is_bool:
@@ -393,20 +414,36 @@ def _h_cast(op, ins, m):
 def _h_bitcast(op, ins, m):
     src, dst = _elem(op.operands[0]), _elem(op.result)
     if isinstance(src, PointerType) or isinstance(dst, PointerType):
-        return [ins[0]]
+        return [ins[0]]  # a pointer bitcast: the same bytes, read as another pointee
     return [_bitcast(ins[0], src, dst)]
+
+
+def _h_int_to_ptr(op, ins, m):
+    # An address of process memory (uint64 addresses above 2^63 wrap, as in C).
+    return [Ptr(RAW, np.asarray(ins[0]).astype(np.int64))]
+
+
+def _h_ptr_to_int(op, ins, m):
+    p = ins[0]
+    addr = p.off if p.buf == RAW else m.base_address(p.buf) + p.off
+    return [np.asarray(addr, dtype=np.int64).astype(_cnp(_elem(op.result)))]
+
+
+def _pointee_size(v: tile.Value) -> int:
+    return v.type.elem.pointee.itemsize
 
 
 def _h_addptr(op, ins, m):
     p, off = ins
-    return [Ptr(p.buf, p.off + np.asarray(off).astype(np.int64))]
+    step = np.asarray(off).astype(np.int64) * _pointee_size(op.operands[0])
+    return [Ptr(p.buf, p.off + step)]
 
 
 def _h_ptr_offset(op, ins, m):
     # Both pointers index one argument buffer (checked mode derives `base` from the parameter
     # `ptr` came from), so the element offset is the difference of the offsets.
     p, base = ins
-    return [np.asarray(p.off - base.off, dtype=np.int64)]
+    return [np.asarray((p.off - base.off) // _pointee_size(op.operands[0]), dtype=np.int64)]
 
 
 def _run_region(block: tile.Block, args: list) -> list:
@@ -577,7 +614,7 @@ _HANDLERS: dict[str, Callable] = {
     "const": _h_const, "iota": _h_iota, "splat": _h_splat, "broadcast": _h_broadcast,
     "reshape": _h_reshape, "trans": _h_trans, "hint": _h_identity, "fma": _h_fma,
     "where": _h_where, "cast": _h_cast, "bitcast": _h_bitcast, "addptr": _h_addptr,
-    "ptr_offset": _h_ptr_offset,
+    "ptr_offset": _h_ptr_offset, "int_to_ptr": _h_int_to_ptr, "ptr_to_int": _h_ptr_to_int,
     "reduce": _h_reduce, "scan": _h_scan, "dot": _h_dot, "program_id": _h_program_id,
     "num_programs": _h_num_programs, "load": _h_load, "store": _h_store,
     "atomic_rmw": _h_atomic, "atomic_cas": _h_atomic, "for": _h_for, "while": _h_while,
@@ -588,7 +625,7 @@ _HANDLERS: dict[str, Callable] = {
 # Ops `evaluate` accepts: no memory, no regions, no program state.
 PURE_KINDS = frozenset(_HANDLERS) - {
     "load", "store", "atomic_rmw", "atomic_cas", "for", "while", "if", "program_id",
-    "num_programs", *tile.DEBUG_OPS
+    "num_programs", "ptr_to_int", *tile.DEBUG_OPS
 }
 
 
@@ -642,32 +679,66 @@ class _Machine:
         return []
 
     # ---- memory
+    # A buffer is read through a view of its bytes as the pointee's storage dtype (the same
+    # array when the pointee is the parameter's own type); a RAW pointer through `rawmem`.
+
+    def base_address(self, buf: int) -> int:
+        return int(self.buffers[buf].__array_interface__["data"][0])
+
+    def _view(self, buf: int, dt: np.dtype) -> np.ndarray:
+        arr = self.buffers[buf]
+        if arr.dtype == dt:
+            return arr
+        raw = arr.view(np.uint8)
+        return raw[: raw.size - raw.size % dt.itemsize].view(dt)
 
     def _where(self, op: tile.Op, ptr: Ptr, mask: Any) -> tuple[np.ndarray, np.ndarray | None]:
-        """Offsets touched by `op` (those under a true mask) after a bounds check."""
+        """Element indices (addresses for a RAW pointer) touched by `op` (those under a true
+        mask) after a bounds check."""
         off = np.asarray(ptr.off)
         sel = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), off.shape)
-        idx = off if sel is None else off[sel]
-        buf = self.buffers[ptr.buf]
-        if idx.size and (idx.min() < 0 or idx.max() >= buf.shape[0]):
-            bad = int(idx[(idx < 0) | (idx >= buf.shape[0])].flat[0])
+        byte = off if sel is None else off[sel]
+        if ptr.buf == RAW:
+            return byte, sel
+        size = ptr_elem(op.operands[0]).np.itemsize
+        n = self._view(ptr.buf, ptr_elem(op.operands[0]).np).shape[0]
+        idx = byte // size
+        outside = (idx < 0) | (idx >= n)
+        misaligned = byte % size != 0
+        if outside.any() or misaligned.any():
             name = self.fn.runtime_params[ptr.buf].name
+            o = self.origins[ptr.buf]  # offsets are reported from the argument's pointer
+            if outside.any():
+                what = (f"element offset {int(idx[outside].flat[0]) - o} of '{name}' outside "
+                        f"[{-o}, {n - o})")
+            else:
+                what = (f"byte offset {int(byte[misaligned].flat[0])} of '{name}' is not a "
+                        f"multiple of the element size {size}")
             text = f": {op.loc.text.strip()}" if op.loc.text else ""
             # Always checked here; a checked launch reports it as the public OutOfBoundsError.
             exc = OutOfBoundsError if self.fn.attrs.get("check") else IndexError
-            o = self.origins[ptr.buf]  # offsets are reported from the argument's pointer
-            raise exc(
-                f"{op.kind} out of bounds at {op.loc}{text}: element offset {bad - o} of "
-                f"'{name}' outside [{-o}, {buf.shape[0] - o})"
-            )
+            raise exc(f"{op.kind} out of bounds at {op.loc}{text}: {what}")
         return idx, sel
+
+    def _get(self, op: tile.Op, ptr: Ptr, idx: np.ndarray) -> np.ndarray:
+        dt = ptr_elem(op.operands[0]).np
+        if ptr.buf == RAW:
+            return rawmem.read(idx, dt, f"{op.kind} at {op.loc}")
+        return self._view(ptr.buf, dt)[idx]
+
+    def _put(self, op: tile.Op, ptr: Ptr, idx: np.ndarray, bits: np.ndarray) -> None:
+        dt = ptr_elem(op.operands[0]).np
+        if ptr.buf == RAW:
+            rawmem.write(idx, bits, dt, f"{op.kind} at {op.loc}")
+        else:
+            self._view(ptr.buf, dt)[idx] = bits
 
     def load(self, op: tile.Op, ins: list) -> np.ndarray:
         ptr = ins[0]
         mask = ins[1] if len(ins) > 1 else None
         elem = ptr_elem(op.operands[0])
         idx, sel = self._where(op, ptr, mask)
-        vals = from_storage(self.buffers[ptr.buf][idx], elem)
+        vals = from_storage(self._get(op, ptr, idx), elem)
         if sel is None:
             return vals.reshape(np.shape(ptr.off))
         out = np.array(np.broadcast_to(np.asarray(ins[2]), sel.shape), dtype=_cnp(elem))
@@ -681,7 +752,7 @@ class _Machine:
         idx, sel = self._where(op, ptr, mask)
         val = np.broadcast_to(np.asarray(val), np.shape(ptr.off))
         val = val if sel is None else val[sel]
-        self.buffers[ptr.buf][idx.ravel()] = to_storage(val, elem).ravel()
+        self._put(op, ptr, idx.ravel(), to_storage(val, elem).ravel())
 
     def atomic(self, op: tile.Op, ins: list) -> np.ndarray:
         """`atomic_rmw` / `atomic_cas`: element-wise read-modify-write in row-major lane order
@@ -693,7 +764,6 @@ class _Machine:
         mask = ins[1 + nvals] if len(ins) > 1 + nvals else None
         elem = ptr_elem(op.operands[0])
         idx, sel = self._where(op, ptr, mask)
-        buf = self.buffers[ptr.buf]
         shape = np.shape(ptr.off)
         vals = [np.broadcast_to(np.asarray(v), shape) for v in vals]
         vals = [(v if sel is None else v[sel]).ravel() for v in vals]
@@ -706,19 +776,18 @@ class _Machine:
 
         old = np.empty(idx.shape, dtype=_cnp(elem))
         if np.unique(idx).size == idx.size:  # no duplicates: one vectorised step
-            old[:] = from_storage(buf[idx], elem)
-            buf[idx] = to_storage(new(old, slice(None)), elem)
+            old[:] = from_storage(self._get(op, ptr, idx), elem)
+            self._put(op, ptr, idx, to_storage(new(old, slice(None)), elem))
         else:
-            for i, j in enumerate(idx):
-                cur = from_storage(buf[j: j + 1], elem)
+            for i in range(idx.size):
+                cur = from_storage(self._get(op, ptr, idx[i: i + 1]), elem)
                 old[i] = cur[0]
-                buf[j: j + 1] = to_storage(new(cur, slice(i, i + 1)), elem)
+                self._put(op, ptr, idx[i: i + 1], to_storage(new(cur, slice(i, i + 1)), elem))
         if sel is None:
             return old.reshape(shape)
         out = np.zeros(shape, dtype=_cnp(elem))
         out[sel] = old
         return out
-
 
 def ptr_elem(v: tile.Value) -> DType:
     return v.type.elem.pointee
@@ -728,18 +797,23 @@ def _buffer(a: Any) -> np.ndarray:
     arr = np.asarray(a)
     if arr.dtype.name == "bfloat16":  # ml_dtypes arrays hold the same bits
         arr = arr.view(np.uint16)
+    elif arr.dtype.name.startswith("float8") and arr.dtype.itemsize == 1:
+        arr = arr.view(np.uint8)  # ml_dtypes' 8-bit floats: the codes
     if not arr.flags.c_contiguous:
         raise ValueError("interp needs C-contiguous arrays (stores must land in place)")
     return arr.reshape(-1)  # a view: stores land in the caller's array
+
+
 
 
 def run(fn: tile.Function, grid: tuple[int, ...], args: list,
         origins: list[int] | None = None) -> None:
     """Run every program instance of `fn` over `grid` (axis 0 fastest) on `args`, given in the
     order of `fn.runtime_params`: 1-D C-contiguous NumPy arrays (modified in place; bfloat16 as
-    uint16 bits) for pointers, Python numbers for scalars.  `origins[i]` is the element of
-    array `i` a pointer parameter points at (default 0; a strided view's first element lies
-    inside the flat span of its memory, kdsl/runtime/views.py)."""
+    uint16 bits, 8-bit floats as uint8 codes) for pointers, Python numbers for scalars.
+    `origins[i]` is the element of array `i` a pointer parameter points at (default 0; a
+    strided view's first element lies inside the flat span of its memory,
+    kdsl/runtime/views.py)."""
     params = fn.runtime_params
     if len(args) != len(params):
         raise TypeError(f"{fn.name} takes {len(params)} runtime arguments, got {len(args)}")
@@ -749,7 +823,9 @@ def run(fn: tile.Function, grid: tuple[int, ...], args: list,
     for i, (p, a) in enumerate(zip(params, args)):
         if p.type.is_ptr:
             buffers.append(_buffer(a))
-            values.append(Ptr(i, np.asarray(origins[i] if origins else 0, dtype=np.int64)))
+            # pointer offsets count bytes: the origin element times the element size
+            first = (origins[i] if origins else 0) * p.type.elem.pointee.np.itemsize
+            values.append(Ptr(i, np.asarray(first, dtype=np.int64)))
         else:
             buffers.append(None)
             values.append(scalar_value(a, p.type.elem))
@@ -767,6 +843,7 @@ def run(fn: tile.Function, grid: tuple[int, ...], args: list,
 
 __all__ = [
     "PURE_KINDS",
+    "RAW",
     "Ptr",
     "bf16_bits",
     "bf16_from_bits",

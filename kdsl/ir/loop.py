@@ -30,7 +30,11 @@ type of a variable or expression: values of those types are held in float32 (`co
 and `Round(x, "float16" | "bfloat16")` rounds a float32 to the nearest representable value
 (ties to even), keeping the float32 type.  `Load` through a `ptr<float16>` gives float32;
 `Store`/`AtomicRMW` of a float32 through a `ptr<float16>` converts (exactly, the value having
-been rounded already).  Integer ops wrap in their type (int8 + int8 is int8).
+been rounded already).  8-bit floats (`float8e4nv`, ...) are float32 in registers as well,
+but memory holds their codes: a `Load` through a `ptr<float8...>` gives the code as a uint8 and
+a `Store` takes one; the lowering converts (kdsl/passes/lower_fp8.py).  Pointers convert to and
+from 64-bit integers with `Cast` (the address) and to other pointers with `Bitcast`.  Integer
+ops wrap in their type (int8 + int8 is int8).
 
 Atomics: `AtomicRMW.op` is one of add max min and or xor xchg and `AtomicCAS` a compare-and-swap,
 with the values of kdsl/ir/atomics.py (the Tile IR interpreter's); `sem` ("relaxed", "acquire",
@@ -60,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .tile import Loc
-from .types import DType, PointerType, float32, int1, int32, int64
+from .types import DType, PointerType, float32, int1, int32, int64, uint8
 
 Type = DType | PointerType
 
@@ -218,7 +222,8 @@ class PtrDiff(Expr):
 @dataclass(frozen=True, eq=False)
 class Load(Expr):
     """Read `*ptr` from global memory; with a mask, memory is not touched where the mask is
-    false and the value is `other`.  Type: compute type of the pointee."""
+    false and the value is `other`.  Type: compute type of the pointee (for an 8-bit float,
+    uint8: the code)."""
 
     ptr: Expr
     mask: Expr | None = None
@@ -228,6 +233,8 @@ class Load(Expr):
     @property
     def dtype(self) -> Type:
         pointee = self.ptr.dtype.pointee
+        if isinstance(pointee, DType) and pointee.is_fp8:
+            return uint8  # the code; see the module docstring
         return float32 if pointee.name in ("float16", "bfloat16") else pointee
 
 

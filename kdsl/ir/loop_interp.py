@@ -9,7 +9,8 @@ barrier is an error: barriers must be reached uniformly).  An `Intrinsic` runs t
 per thread, shared arrays per program; array arguments are NumPy arrays updated in place.
 
 Values are NumPy scalars of their Loop IR type (so integers wrap); a pointer is a tuple
-(argument index, element offset).  The semantics are those stated in kdsl/ir/loop.py: Round to
+(argument index, byte offset), or (RAW, address) when made from an integer (process memory,
+`rawmem.py`).  The semantics are those stated in kdsl/ir/loop.py: Round to
 float16 via `np.float16`, to bfloat16 by rounding the float32 bits (nearest even); C integer
 division and remainder with x / 0 == x % 0 == 0; a masked `Load` reads no memory where its mask
 is false.  Every memory access is bounds-checked (IndexError), which makes the simulator a
@@ -28,11 +29,19 @@ import numpy as np
 
 from . import atomics
 from . import loop as L
-from .types import DType, PointerType, bfloat16, float16
+from . import rawmem
+from .types import DType, PointerType, bfloat16, float16, uint8
+
+RAW = -1  # argument index of a pointer made from an integer: its offset is an address
 
 
 def _np(t: DType) -> type:
-    return np.float32 if t in (float16, bfloat16) else t.np.type
+    return np.float32 if t in (float16, bfloat16) or t.is_fp8 else t.np.type
+
+
+def _mem_np(t: DType) -> np.dtype:
+    """NumPy dtype of a `t` in memory (bfloat16: uint16 bits, 8-bit floats: their codes)."""
+    return np.dtype(t.np)
 
 
 def _typed(v: Any, t) -> Any:
@@ -115,9 +124,15 @@ _UNARY: dict[str, Callable] = {
 }
 
 
-def _cast(x, src, dst):
-    if isinstance(dst, PointerType) or isinstance(src, PointerType):
+def _cast(x, src, dst, prog=None):
+    if isinstance(src, PointerType) and isinstance(dst, PointerType):
         return x
+    if isinstance(dst, PointerType):  # an address
+        return (RAW, int(np.array(x).astype(np.int64)))
+    if isinstance(src, PointerType):
+        buf, off = x
+        addr = off if buf == RAW else prog.buffers[buf].__array_interface__["data"][0] + off
+        return _typed(np.array(addr, dtype=np.int64).astype(_np(dst)), dst)
     if dst.is_bool:
         return np.bool_(x != 0)
     if dst.is_int and not src.is_bool and src.is_float:
@@ -162,32 +177,45 @@ class _Program:
         return self.shared[a.name] if a.space == "shared" else th.regs[a.name]
 
     def mem(self, ptr, pointee: DType) -> tuple[np.ndarray, int]:
+        """(array viewed as the pointee's storage, element index) of an access."""
         buf, off = ptr
+        dt = _mem_np(pointee)
         arr = self.buffers[buf]
-        if not 0 <= off < arr.size:
-            raise IndexError(f"access at offset {off} of argument {buf} (size {arr.size})")
-        return arr, off
+        if arr.dtype != dt:
+            raw = arr.view(np.uint8)
+            arr = raw[: raw.size - raw.size % dt.itemsize].view(dt)
+        idx, rem = divmod(off, dt.itemsize)
+        if rem or not 0 <= idx < arr.size:
+            raise IndexError(f"access at byte offset {off} of argument {buf} (size {arr.size} "
+                             f"x {dt.itemsize} bytes)")
+        return arr, idx
 
     def load(self, ptr, pointee: DType):
-        arr, off = self.mem(ptr, pointee)
-        v = arr[off]
+        if ptr[0] == RAW:
+            v = rawmem.read(np.array([ptr[1]]), _mem_np(pointee))[0]
+        else:
+            arr, idx = self.mem(ptr, pointee)
+            v = arr[idx]
         if pointee == bfloat16:
             return np.array(int(v) << 16, dtype=np.uint32).view(np.float32)[()]
-        return _typed(v, pointee)
+        return _typed(v, uint8 if pointee.is_fp8 else pointee)
 
     def store(self, ptr, pointee: DType, v) -> None:
-        arr, off = self.mem(ptr, pointee)
         if pointee == bfloat16:
             v = int(np.array(round_bf16(v), dtype=np.float32).view(np.uint32)) >> 16
-        arr[off] = v
+        if ptr[0] == RAW:
+            rawmem.write(np.array([ptr[1]]), np.array([v]), _mem_np(pointee))
+            return
+        arr, idx = self.mem(ptr, pointee)
+        arr[idx] = v
 
     @staticmethod
-    def aligned(ptr, n: int):
+    def aligned(ptr, n: int, pointee: DType):
         """A vector access of n elements must start at an element offset that is a multiple
         of n (buffers themselves are taken as aligned, as device allocations are)."""
-        if ptr[1] % n:
-            raise ValueError(f"vector access of {n} elements at offset {ptr[1]} of argument "
-                             f"{ptr[0]} is not aligned")
+        if ptr[1] % (n * _mem_np(pointee).itemsize):
+            raise ValueError(f"vector access of {n} elements at byte offset {ptr[1]} of "
+                             f"argument {ptr[0]} is not aligned")
         return ptr
 
     # ----------------------------------------------------------------------- statements
@@ -239,16 +267,21 @@ class _Program:
                     pass
                 case L.VecLoad(ptr=p, dst=a, mask=m):
                     if m is None or self.ev(m, th):
-                        ptr, pointee = self.aligned(self.ev(p, th), a.size), p.dtype.pointee
+                        pointee = p.dtype.pointee
+                        ptr = self.aligned(self.ev(p, th), a.size, pointee)
                         arr = self.array(a, th)
+                        step = _mem_np(pointee).itemsize
                         for j in range(a.size):
-                            arr[j] = self.load((ptr[0], ptr[1] + j), pointee)
+                            arr[j] = self.load((ptr[0], ptr[1] + j * step), pointee)
                 case L.VecStore(ptr=p, src=a, mask=m):
                     if m is None or self.ev(m, th):
-                        ptr, pointee = self.aligned(self.ev(p, th), a.size), p.dtype.pointee
+                        pointee = p.dtype.pointee
+                        ptr = self.aligned(self.ev(p, th), a.size, pointee)
                         arr = self.array(a, th)
+                        step = _mem_np(pointee).itemsize
                         for j in range(a.size):
-                            self.store((ptr[0], ptr[1] + j), pointee, _typed(arr[j], a.dtype))
+                            self.store((ptr[0], ptr[1] + j * step), pointee,
+                                       _typed(arr[j], a.dtype))
                 case L.Intrinsic(name=n, args=a, results=r):
                     sim = INTRINSICS[n]
                     vals = [self.ev(x, th) for x in a]
@@ -374,16 +407,18 @@ def _ev_special(p, e, th):
 
 def _ev_ptradd(p, e, th):
     buf, off = p.ev(e.ptr, th)
-    return (buf, off + int(p.ev(e.offset, th)))
+    return (buf, off + int(p.ev(e.offset, th)) * _mem_np(e.ptr.dtype.pointee).itemsize)
 
 
 def _ev_ptrdiff(p, e, th):
     (_, off), (_, base) = p.ev(e.ptr, th), p.ev(e.base, th)
-    return np.int64(off - base)
+    return np.int64((off - base) // _mem_np(e.ptr.dtype.pointee).itemsize)
 
 
 def _ev_bitcast(p, e, th):
     x = p.ev(e.x, th)
+    if isinstance(e.dtype, PointerType):
+        return x  # the same address
     return np.array(x, dtype=_np(e.x.dtype)).view(_np(e.dtype))[()]
 
 
@@ -395,7 +430,7 @@ _EVAL: dict[type, Callable] = {
     L.Unary: _ev_unary,
     L.Binary: _ev_binary,
     L.Select: lambda p, e, th: p.ev(e.a, th) if p.ev(e.cond, th) else p.ev(e.b, th),
-    L.Cast: lambda p, e, th: _cast(p.ev(e.x, th), e.x.dtype, e.dtype),
+    L.Cast: lambda p, e, th: _cast(p.ev(e.x, th), e.x.dtype, e.dtype, p),
     L.Bitcast: _ev_bitcast,
     L.Round: _ev_round,
     L.Fma: _ev_fma,

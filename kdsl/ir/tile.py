@@ -22,7 +22,11 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
   where            (cond: int1, a, b)       -> a where cond else b
   cast             (x)                      -> result elem; float->int truncates toward zero,
                                                float->f16/bf16 rounds to nearest even
-  bitcast          (x)                      -> same bits, result elem of equal width
+  bitcast          (x)                      -> same bits, result elem of equal width; between
+                                               pointers: the same address, another pointee
+  int_to_ptr       (x: int64/uint64)        -> ptr<T>: the pointer at address x (process or
+                                               device memory, not an argument buffer)
+  ptr_to_int       (p)                      -> int64/uint64: the address p holds
   addptr           (ptr, offset: int)       -> ptr + offset elements
   ptr_offset       (ptr, base: ptr)         -> int64 element offset of ptr from base (same shape;
                                                inserted by checked mode, kdsl/passes/checks.py)
@@ -106,7 +110,7 @@ ISOLATED_REGIONS = frozenset({"reduce", "scan"})
 ELEMENTWISE = (
     BINARY_OPS | COMPARE_OPS | UNARY_OPS
     | {"fma", "where", "cast", "bitcast", "addptr", "ptr_offset", "load", "store", "atomic_rmw",
-       "atomic_cas", "hint"}
+       "atomic_cas", "hint", "int_to_ptr", "ptr_to_int"}
 )
 ATOMIC_OPS = frozenset({"atomic_rmw", "atomic_cas"})
 ATOMIC_RMW_OPS = ("add", "max", "min", "and", "or", "xor", "xchg")
@@ -366,8 +370,15 @@ def _verify_op(op: Op) -> None:
             _check(tuple(ins[0].shape[p] for p in perm) == t.shape, op, "trans shape")
         elif k in ("cast", "bitcast"):
             _check(ins[0].shape == t.shape, op, "cast keeps shape")
+            _check(ins[0].type.is_ptr == t.is_ptr, op, "pointers convert with int_to_ptr, "
+                   "ptr_to_int, or a bitcast to another pointer")
         else:
             _check(ins[0].type == t, op, "hint keeps type")
+    elif k in ("int_to_ptr", "ptr_to_int"):
+        src, dst = (ins[0].type, t) if k == "int_to_ptr" else (t, ins[0].type)
+        _check(len(ins) == 1 and ins[0].shape == t.shape, op, f"{k} keeps shape")
+        _check(dst.is_ptr and isinstance(src.elem, DType) and src.elem.is_int
+               and src.elem.bits == 64, op, f"{k} converts between a pointer and a 64-bit int")
     elif k == "addptr":
         _check(ins[0].type.is_ptr and ins[0].shape == ins[1].shape == t.shape, op, "addptr shapes")
         _check(isinstance(ins[1].elem, DType) and ins[1].elem.is_int, op, "integer offset")

@@ -39,6 +39,11 @@ class DType:
         return self.kind == "b"
 
     @property
+    def is_fp8(self) -> bool:
+        """One of the 8-bit float formats (kdsl/ir/fp8.py)."""
+        return self.kind == "f" and self.bits == 8
+
+    @property
     def itemsize(self) -> int:
         """Bytes in memory (int1 is stored as one byte)."""
         return max(1, self.bits // 8)
@@ -70,10 +75,17 @@ float16 = DType("float16", "f", 16)
 bfloat16 = DType("bfloat16", "f", 16)
 float32 = DType("float32", "f", 32)
 float64 = DType("float64", "f", 64)
+# 8-bit floats (Triton's names; formats in kdsl/ir/fp8.py): stored as one byte, held in float32.
+float8e4nv = DType("float8e4nv", "f", 8)    # e4m3 "fn" (OCP): no inf, NaN S.1111.111, max 448
+float8e5 = DType("float8e5", "f", 8)        # e5m2 (IEEE-like): inf and NaN, max 57344
+float8e4b15 = DType("float8e4b15", "f", 8)  # e4m3 bias 15: every code finite, max 1.875
+float8e4b8 = DType("float8e4b8", "f", 8)    # e4m3 "fnuz" bias 8: NaN = 0x80, no -0, max 240
+float8e5b16 = DType("float8e5b16", "f", 8)  # e5m2 "fnuz" bias 16: NaN = 0x80, no -0, max 57344
+FP8_DTYPES: tuple[DType, ...] = (float8e4nv, float8e5, float8e4b15, float8e4b8, float8e5b16)
 
 ALL_DTYPES: tuple[DType, ...] = (
     int1, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-    float16, bfloat16, float32, float64,
+    float16, bfloat16, float32, float64, *FP8_DTYPES,
 )
 BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES}
 BY_NAME["bool"] = int1
@@ -82,11 +94,16 @@ _NP_STORAGE = {
     "int1": "bool", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
     "float16": "float16", "bfloat16": "uint16", "float32": "float32", "float64": "float64",
+    **{d.name: "uint8" for d in FP8_DTYPES},  # the byte code (kdsl/ir/fp8.py)
 }
 
 # NumPy dtype -> kdsl dtype for array arguments. A bfloat16 array is passed from NumPy as
 # `ml_dtypes.bfloat16` when that package is present, else explicitly (see runtime binding).
-_FROM_NP = {np.dtype(v): BY_NAME[k] for k, v in _NP_STORAGE.items() if k != "bfloat16"}
+_FROM_NP = {np.dtype(v): BY_NAME[k] for k, v in _NP_STORAGE.items()
+            if k != "bfloat16" and not BY_NAME[k].is_fp8}
+# ml_dtypes' 8-bit float dtypes (by name: no import needed) -> kdsl's; float8e4b15 has none.
+_FP8_FROM_NP = {"float8_e4m3fn": float8e4nv, "float8_e5m2": float8e5,
+                "float8_e4m3fnuz": float8e4b8, "float8_e5m2fnuz": float8e5b16}
 
 
 def from_numpy(dt: np.dtype) -> DType:
@@ -94,6 +111,8 @@ def from_numpy(dt: np.dtype) -> DType:
     dt = np.dtype(dt)
     if dt.name == "bfloat16":  # ml_dtypes.bfloat16
         return bfloat16
+    if dt.name in _FP8_FROM_NP and dt.itemsize == 1:
+        return _FP8_FROM_NP[dt.name]
     try:
         return _FROM_NP[dt]
     except KeyError:
@@ -162,8 +181,8 @@ def scalar(elem: ElemType) -> TileType:
 
 
 def compute_dtype(d: DType) -> DType:
-    """Register type used to hold values of `d`: float16/bfloat16 are held in float32 and rounded
-    after every operation that produces them (correctly rounded, since float32 has more than
-    2*11+2 significand bits), so that every backend gives the same bits with or without native
-    half arithmetic."""
-    return float32 if d in (float16, bfloat16) else d
+    """Register type used to hold values of `d`: float16/bfloat16 (and the 8-bit floats) are
+    held in float32 and rounded after every operation that produces them (correctly rounded,
+    since float32 has more than 2*11+2 significand bits), so that every backend gives the same
+    bits with or without native half arithmetic."""
+    return float32 if d in (float16, bfloat16) or d.is_fp8 else d

@@ -39,6 +39,11 @@ from .core import (
     exp,
     exp2,
     expand_dims,
+    float8e4b8,
+    float8e4b15,
+    float8e4nv,
+    float8e5,
+    float8e5b16,
     float16,
     float32,
     float64,
@@ -130,7 +135,8 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # shape
     "expand_dims", "reshape", "view", "broadcast_to", "broadcast",
     # types
-    "float16", "bfloat16", "float32", "float64", "int1", "int8", "int16", "int32", "int64",
+    "float16", "bfloat16", "float32", "float64", "float8e4nv", "float8e5", "float8e4b15",
+    "float8e4b8", "float8e5b16", "int1", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "pointer_type", "cast", "constexpr",
     "tensor", "dtype", "block_type", "void", "tuple", "tuple_type", "constexpr_type", "const",
     # compile time

@@ -100,12 +100,17 @@ def promote(a: DType, b: DType) -> DType:
     """Result type of a binary op on typed operands (Triton's rules). Floats win over ints and
     the wider float wins; float16 with bfloat16 gives float32 (neither holds the other). Ints
     take the wider width; at equal width a signed/unsigned mix is unsigned (as in C). int1 is
-    an int of width 1, so it always yields to the other int."""
+    an int of width 1, so it always yields to the other int.  Two different 8-bit floats give
+    float16 (which holds both exactly), an 8-bit float with bfloat16 float32 (Triton's rule)."""
     if a == b:
         return a
     if a.is_float or b.is_float:
         if not (a.is_float and b.is_float):
             return a if a.is_float else b
+        if a.is_fp8 and b.is_fp8:
+            return float16
+        if bfloat16 in (a, b) and (a.is_fp8 or b.is_fp8):
+            return float32
         if a.bits == b.bits:
             return float32
         return a if a.bits > b.bits else b
@@ -223,14 +228,16 @@ def cast(b, x: Operand, dtype: Any, bitcast: bool = False,
     """Conversion to `dtype`. To int1 it is `x != 0` (C's truth), not a truncation of bits.
     A bitcast needs equal widths. Casting to the same type is a no-op. A float to a narrower
     float rounds to nearest even ("rtne", the default) or toward zero ("rtz"); the rounding
-    mode is only accepted for such conversions (as in Triton)."""
+    mode is only accepted for such conversions (as in Triton). Pointers convert to and from
+    64-bit integers and to other pointers (`pointer_cast`, with or without `bitcast=True`,
+    as in Triton)."""
+    if isinstance(dtype, PointerType) or is_ptr(x):
+        return pointer_cast(b, x, dtype)
     dtype = _dtype_arg(dtype)
     if fp_downcast_rounding is not None and isinstance(x, float):
         x = to_value(b, x, float32)  # a literal is a float32 to round from, as in Triton
     x = to_value(b, x, None if is_value(x) else weak_dtype(x, dtype))
     src = x.type.elem
-    if isinstance(src, PointerType):
-        raise error("pointers cannot be cast")
     if fp_downcast_rounding is not None and not bitcast:
         if fp_downcast_rounding not in ("rtne", "rtz"):
             raise error(f"fp_downcast_rounding must be 'rtne' or 'rtz', got "
@@ -268,6 +275,33 @@ def _cast_toward_zero(b, x: Value, dtype: DType) -> Value:
     bits = b.op("bitcast", [r], ity)
     less = b.op("bitcast", [binary(b, "sub", bits, 1)], r.type)
     return b.op("where", [away, less, r], r.type)
+
+
+def pointer_cast(b, x: Operand, dtype: Any) -> Value:
+    """`int.to(pointer_type(T))` is `int_to_ptr` (the integer is an address: of process memory
+    on the CPU backends, of device memory on CUDA), `ptr.to(int64)` (or uint64) `ptr_to_int`,
+    `ptr.to(int1)` `ptr != 0`, and `ptr.to(pointer_type(U))` a bitcast (same address, elements
+    of U). Only 64-bit integers hold addresses, as Triton's int_to_ptr requires."""
+    if not isinstance(dtype, (DType, PointerType)):
+        raise error(f"expected a dtype (kd.float32, kd.pointer_type(kd.int8), ...), got {dtype!r}")
+    x = to_value(b, x, int64 if not is_value(x) else None)
+    src = x.type.elem
+    if src == dtype:
+        return x
+    if isinstance(src, PointerType) and isinstance(dtype, PointerType):
+        return b.op("bitcast", [x], x.type.with_elem(dtype))
+    if isinstance(src, PointerType):
+        if dtype == int1:
+            return compare(b, "ne", b.op("ptr_to_int", [x], x.type.with_elem(int64)), 0)
+        if dtype in (int64, uint64):
+            return b.op("ptr_to_int", [x], x.type.with_elem(dtype))
+        raise error(f"a pointer converts to int64, uint64, int1 or another pointer type, not "
+                    f"{dtype}")
+    if src in (int64, uint64):
+        return b.op("int_to_ptr", [x], x.type.with_elem(dtype))
+    hint = " (cast it to int64 first)" if src.is_int or src == int1 else ""
+    raise error(f"only a 64-bit integer (int64 or uint64) converts to a pointer, got "
+                f"{src}{hint}")
 
 
 def _dtype_arg(dtype: Any) -> DType:
@@ -657,7 +691,7 @@ def reduce_dtype(op: str, dt: DType) -> DType:
     if op == "sum":
         if (dt.is_int or dt == int1) and dt.bits < _SUM_PROMOTE_INT_BELOW:
             return int32
-        if dt in (float16, bfloat16):
+        if dt in (float16, bfloat16) or dt.is_fp8:
             return float32
     return dt
 
@@ -802,7 +836,9 @@ def dot(b, x: Operand, y: Operand, acc: Operand = None, precision: str = "ieee",
         out_dtype: Any = None) -> Value:
     """x [M,K] @ y [K,N] (+ acc). Inputs are promoted to one type among float16, bfloat16,
     float32, float64 and int8; the accumulator (and result) is acc's type when given, else
-    `out_dtype`, else float32 (int32 for int8, float64 for float64)."""
+    `out_dtype`, else float32 (int32 for int8, float64 for float64). 8-bit float inputs (any
+    two formats, as in Triton) are upcast to float16, which holds every value of every format
+    exactly: their products are exact and accumulate in float32."""
     if not (is_value(x) and is_value(y)) or x.type.rank != 2 or y.type.rank != 2:
         raise error(f"dot needs two 2-D tiles, got shapes {list(shape(x))} and "
                     f"{list(shape(y))}")
@@ -813,6 +849,8 @@ def dot(b, x: Operand, y: Operand, acc: Operand = None, precision: str = "ieee",
     if precision not in _DOT_PRECISIONS:
         raise error(f"dot input_precision must be one of {_DOT_PRECISIONS}, got {precision!r}")
     dt = promote(x.type.elem, y.type.elem)
+    if dt.is_fp8:
+        dt = float16
     if dt not in _DOT_INPUTS:
         raise error(f"dot operands must be float16, bfloat16, float32, float64 or int8, "
                     f"got {x.type.elem} and {y.type.elem}")
@@ -822,8 +860,11 @@ def dot(b, x: Operand, y: Operand, acc: Operand = None, precision: str = "ieee",
         acc = b.op("const", [], TileType((m, n), acc_dt), value=const_value(0, acc_dt))
     else:
         acc = broadcast_to(b, acc, (m, n))
-        if acc.type.elem.is_float != dt.is_float:
-            raise error(f"dot accumulator {acc.type.elem} does not match inputs {dt}")
+    if acc.type.elem.is_fp8:
+        raise error(f"dot accumulator cannot be {acc.type.elem}: accumulate in float32 (or "
+                    "float16) and convert the result")
+    if acc.type.elem.is_float != dt.is_float:
+        raise error(f"dot accumulator {acc.type.elem} does not match inputs {dt}")
     attrs = {"precision": precision}
     return b.op("dot", [x, y, acc], acc.type, **attrs)
 

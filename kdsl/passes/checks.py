@@ -36,6 +36,11 @@ elements come in runs of `c` consecutive integers along the last dimension, and 
 element of each run is a multiple of `multiple_of`.  Hints given per dimension (tuples) are not
 checked.  A pointer whose origin is ambiguous (a `where` between two parameters) is not checked
 by this pass; the `interp` backend still refuses such an access.
+
+A pointer made from an integer (`int_to_ptr`) has no array to be bounded by: only a null
+pointer (plus an offset: an address below `NULL_PAGES`, never mapped) is caught, as site kind
+"null", reported and masked off (checked mode's own masking of an out-of-bounds load from a
+pointer table yields 0); any other address is the program's responsibility.
 """
 
 from __future__ import annotations
@@ -44,11 +49,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdsl.ir import tile
-from kdsl.ir.types import DType, PointerType, TileType, int1, int32, int64
+from kdsl.ir.types import DType, PointerType, TileType, int1, int32, int64, uint64
 
 from .provenance import pointer_roots
 
 ERROR_PARAM = "kd_errors"
+#: addresses below this are a null pointer plus an offset (Linux's default mmap_min_addr)
+NULL_PAGES = 1 << 16
 EXTENT_PREFIX = "kd_extent_"
 LOWER_PREFIX = "kd_lower_"
 #: words of the error record: flag (violations seen), site, pid0, pid1, pid2, value
@@ -159,6 +166,9 @@ class _Checker:
     def access(self, op: tile.Op, out: list[tile.Op]) -> None:
         ptr = op.operands[0]
         roots = self.roots.get(ptr.id, frozenset())
+        if not roots:
+            self.null_check(op, out)
+            return
         if len(roots) != 1:
             return
         (i,) = roots
@@ -170,6 +180,25 @@ class _Checker:
         off = b.op("ptr_offset", [ptr, b.splat(base, shape)], TileType(shape, int64))
         ok = b.binary("and", b.binary("ge", off, b.splat(self.lower_of[i], shape)),
                       b.binary("lt", off, b.splat(self.extent_of[i], shape)))
+        kind = f"atomic_{op.attrs['op']}" if op.kind == "atomic_rmw" else op.kind
+        self.guard(op, b, ok, off, self.site(op, kind, self.params[i].name))
+
+    def null_check(self, op: tile.Op, out: list[tile.Op]) -> None:
+        """A pointer made from an integer: report and mask off null addresses (below
+        NULL_PAGES, compared as unsigned: a negative int64 is a high address)."""
+        ptr = op.operands[0]
+        b = _Emit(out, op.loc)
+        shape = ptr.shape
+        addr = b.op("ptr_to_int", [ptr], TileType(shape, uint64))
+        ok = b.binary("ge", addr, b.const(NULL_PAGES, shape, uint64))
+        addr = b.op("bitcast", [addr], TileType(shape, int64))
+        self.guard(op, b, ok, addr, self.site(op, "null"))
+
+    def guard(self, op: tile.Op, b: _Emit, ok: tile.Value, value: tile.Value,
+              site: int) -> None:
+        """Restrict `op` to the lanes where `ok`; record the first other lane under the mask."""
+        ptr = op.operands[0]
+        shape = ptr.shape
         at = _MASK_AT[op.kind]
         mask = op.operands[at] if len(op.operands) > at else None
         bad = b.op("not", [ok], ok.type)
@@ -181,8 +210,7 @@ class _Checker:
             op.operands += [ok, b.const(False if pointee.is_bool else 0, shape, pointee)]
         else:
             op.operands.append(ok)
-        kind = f"atomic_{op.attrs['op']}" if op.kind == "atomic_rmw" else op.kind
-        self.record(b, bad, off, self.site(op, kind, self.params[i].name))
+        self.record(b, bad, value, site)
 
     def assertion(self, op: tile.Op, out: list[tile.Op]) -> None:
         """An `assert` op becomes a record of its first failing lane (flat index)."""

@@ -36,13 +36,30 @@ def users(fn: tile.Function, alias: dict[int, tile.Value]) -> dict[int, list[til
 
 
 def stored_params(fn: tile.Function) -> set[int]:
-    """Indices of runtime params stored to through a pointer derived from them."""
+    """Indices of runtime params stored to through a pointer derived from them.  A store
+    through a pointer made from an integer may write any array whose address the kernel took
+    (`ptr_to_int`): those count as stored too."""
     roots = pointer_roots(fn)
     stored: set[int] = set()
+    escaped: set[int] = set()
+    raw_store = False
     for op in fn.walk():
         if op.kind in tile.SIDE_EFFECTS:
-            stored |= roots.get(op.operands[0].id, frozenset())
-    return stored
+            r = roots.get(op.operands[0].id, frozenset())
+            stored |= r
+            raw_store |= not r
+        elif op.kind == "ptr_to_int":
+            escaped |= roots.get(op.operands[0].id, frozenset())
+    return stored | escaped if raw_store else stored
+
+
+def raw_pointer_loc(fn: tile.Function) -> tile.Loc | None:
+    """Where the kernel first makes a pointer from an integer (None if it never does): such
+    a pointer holds an address of the device's memory space, not an argument buffer."""
+    for op in fn.walk():
+        if op.kind == "int_to_ptr":
+            return op.loc
+    return None
 
 
 def addressed_operands(op: tile.Op) -> list[tile.Value]:

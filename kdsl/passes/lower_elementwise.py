@@ -12,12 +12,15 @@ Semantic rules made explicit here (see kdsl/ir/loop.py):
 - integer `floordiv`/`mod` are Loop IR `div`/`mod` (C truncation, backends give x/0 == 0);
   float `floordiv` is `floor(a / b)`.
 - shift amounts are masked to the operand width (`b & (bits - 1)`), as on every GPU.
+- 8-bit floats are float32 in registers too; their rounding, loads, stores and bitcasts are
+  integer arithmetic on the bits (lower_fp8.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from kdsl.ir import fp8 as F8
 from kdsl.ir import tile
 from kdsl.ir.loop import (
     Binary,
@@ -40,9 +43,11 @@ from kdsl.ir.types import (
     compute_dtype,
     float16,
     float32,
+    float64,
     uint32,
 )
 
+from . import lower_fp8 as fp8
 from . import lower_index as ix
 
 Builder = Callable[[tile.Op, list[Expr], Expr], Expr]
@@ -51,7 +56,10 @@ HALF = (float16, bfloat16)
 
 
 def rounded(x: Expr, elem: DType | PointerType) -> Expr:
-    """Wrap a float32 result of a float16/bfloat16 op in its rounding."""
+    """Wrap a float32 result of a float16/bfloat16 op in its rounding (8-bit floats: the
+    register rule of kdsl/ir/fp8.py)."""
+    if isinstance(elem, DType) and elem.is_fp8:
+        return fp8.round_value(x, elem, register=True)
     return Round(x, elem.name) if elem in HALF else x
 
 
@@ -59,6 +67,8 @@ def const(value, elem: DType) -> Expr:
     """A constant of `elem` in its register type (16-bit floats rounded once, here)."""
     if elem.is_bool:
         return Const(bool(value), elem)
+    if elem.is_fp8:
+        return Const(F8.value_of(value, elem), float32)
     if elem.is_float:
         c = Const(float(value), compute_dtype(elem))
         return rounded(c, elem)
@@ -102,6 +112,12 @@ def _cast(op, xs, e):
         return Bitcast(x, dst)
     if dst.is_bool:
         return Binary("ne", x, const(0, src))
+    if dst.is_fp8:  # the conversion rule; float64 through round-to-odd (no double rounding)
+        x32 = x if compute_dtype(src) == float32 else (
+            fp8.widen_f64(x) if src == float64 else Cast(x, float32))
+        return fp8.round_value(x32, dst, register=False)
+    if src.is_fp8 and (dst in HALF or dst == float32):
+        return x  # float16 and bfloat16 hold every 8-bit float value exactly
     if dst in HALF:
         # Round from float32; a wider source goes through float32 first (a float64 or a large
         # int64 can round twice; documented limitation of the Loop IR's `Round`).
@@ -156,6 +172,10 @@ def _bitcast(op, xs, e):
     src, dst, x = op.operands[0].elem, _res(op), xs[0]
     if src == dst:
         return x
+    if isinstance(src, DType) and isinstance(dst, DType) and (src.is_fp8 or dst.is_fp8):
+        # through the code: an 8-bit float's register value is float32
+        bits = fp8.encode(x, src) if src.is_fp8 else _bin("and", Cast(x, uint32), 0xFF)
+        return fp8.decode(bits, dst) if dst.is_fp8 else Cast(bits, dst)
     if src not in HALF and dst not in HALF:
         return Bitcast(x, dst)
     # 16-bit floats are held in float32: go through their 16-bit pattern explicitly.
@@ -198,6 +218,8 @@ ELEMENTWISE: dict[str, Builder] = {
     "bitcast": _bitcast,
     "addptr": lambda op, xs, e: PtrAdd(xs[0], xs[1]),
     "ptr_offset": lambda op, xs, e: PtrDiff(xs[0], xs[1]),
+    "int_to_ptr": lambda op, xs, e: Cast(xs[0], _res(op)),
+    "ptr_to_int": lambda op, xs, e: Cast(xs[0], _res(op)),
     "hint": _identity,
     "splat": _identity,
     "reshape": _identity,

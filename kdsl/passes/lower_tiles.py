@@ -66,18 +66,24 @@ from kdsl.ir.loop import (
     Index,
     Kernel,
     KParam,
-    Load,
     Special,
     Stmt,
-    Store,
     Var,
 )
 from kdsl.ir.types import PointerType, int32
 from kdsl.target import Target
 
+from . import lower_fp8 as mem  # loads and stores (8-bit floats move as their codes)
 from . import lower_index as ix
 from .hoist_barriers import hoist_barriers
-from .lower_analysis import ALIASES, addressed_operands, aliases, stored_params, users
+from .lower_analysis import (
+    ALIASES,
+    addressed_operands,
+    aliases,
+    raw_pointer_loc,
+    stored_params,
+    users,
+)
 from .lower_control import lower_for, lower_if, lower_while
 from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
 from .lower_dot import dot_strategy
@@ -93,7 +99,7 @@ FUSABLE = tile.ELEMENTWISE | {"iota", "const", "splat", "reshape"} | GATHERS
 REMAT_KINDS = (
     tile.BINARY_OPS | tile.COMPARE_OPS | tile.UNARY_OPS
     | {"iota", "const", "splat", "reshape", "broadcast", "trans", "hint", "where", "cast",
-       "addptr", "fma"}
+       "addptr", "fma", "int_to_ptr", "ptr_to_int"}
 )
 REMAT_LIMIT = 12  # largest expression (in distinct ops) recomputed instead of stored
 # Ops too costly to recompute on data read from memory (softmax's exp(x - max)): a value built
@@ -489,7 +495,7 @@ class Lowerer:
     def _recompute(self, op: tile.Op, xs: list[Expr], idx: Expr) -> Expr:
         """A remat_ok op's value from its operands' values `xs` at flat index `idx`."""
         if op.kind == "load":
-            return Load(xs[0], *_mask_other(xs), loc=op.loc)
+            return mem.load(xs[0], *_mask_other(xs), op.loc)
         return ELEMENTWISE[op.kind](op, xs, idx)
 
     def eval_at(self, v: tile.Value, idx: Expr) -> Expr:
@@ -627,9 +633,9 @@ class Lowerer:
         elif k == "num_programs":
             self.scalars[op.result.id] = Special("nprog", op.attrs["axis"])
         elif k == "load":
-            self._result_var(op.result, Load(xs[0], *_mask_other(xs), loc=op.loc))
+            self._result_var(op.result, mem.load(xs[0], *_mask_other(xs), op.loc))
         elif k == "store":
-            self.emit(self._once(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc)))
+            self.emit(self._once(mem.store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, op.loc)))
         elif k in tile.ATOMIC_OPS:
             self._scalar_atomic(op, xs)
         else:
@@ -693,9 +699,9 @@ class Lowerer:
             return
         xs = [self.read(o) for o in op.operands]
         if k == "load":
-            self.bind(op.result, Load(xs[0], *_mask_other(xs), loc=op.loc), g)
+            self.bind(op.result, mem.load(xs[0], *_mask_other(xs), op.loc), g)
         elif k == "store":
-            g.body.append(Store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, loc=op.loc))
+            g.body.append(mem.store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, op.loc))
             g.effects = True
         elif k in tile.ATOMIC_OPS:
             res = None
@@ -873,6 +879,9 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
         "stored_params": stored_params(fn),
         "shared_bytes": L.shared_bytes,
     }
+    raw = raw_pointer_loc(fn)
+    if raw is not None:
+        attrs["raw_pointers"] = raw
     if L.hints:
         attrs["hints"] = L.hints
     return hoist_barriers(Kernel(fn.name, params, L.out, L.variables, L.arrays, L.T, attrs))

@@ -385,6 +385,8 @@ class Vectorizer:
         pointee = ptr.elem.pointee
         if V == 1 or isinstance(pointee, PointerType) or ptr.shape[-1] % V:
             return False
+        if pointee.is_fp8:  # codes converted per element (lower_fp8.py)
+            return False
         size = _itemsize(pointee)
         if V * size > VECTOR_BYTES or (op.kind == "load" and g.effects):
             return False

@@ -11,6 +11,10 @@ Three steps, each raising TypeError/ValueError that names the offending argument
                                                      torch tensors as `views.torch_host`)
      a backend's device array (`Backend.owns`)    -> pointer, used in place (contiguous)
      `bfloat16_view(uint16_array)`                -> pointer to bfloat16
+     `float8_view(uint8_array, kd.float8e4nv)`     -> pointer to that 8-bit float
+     an ml_dtypes float8 array (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz) -> pointer to float8e4nv,
+       float8e5, float8e4b8, float8e5b16; a torch float8 tensor -> the same, through its uint8
+       view (DLPack has no 8-bit floats)
      bool -> int1, int -> int32 (int64, then uint64, when it does not fit), any float
      (numpy.float64 included: a float subclass) -> float32, as in Triton; other NumPy
      scalars keep their dtype.  A parameter annotated with a dtype converts its value to it
@@ -156,6 +160,30 @@ def bfloat16_view(array: Any) -> DTypeView:
     return DTypeView(array, T.bfloat16)
 
 
+def float8_view(array: Any, dtype: T.DType) -> DTypeView:
+    """Mark a uint8 (or int8) array as holding the codes of the 8-bit float `dtype`
+    (`kd.float8e4nv`, `kd.float8e5`, `kd.float8e4b15`, `kd.float8e4b8`, `kd.float8e5b16`)."""
+    if not (isinstance(dtype, T.DType) and dtype.is_fp8):
+        raise TypeError(f"float8_view needs an 8-bit float dtype (kd.float8e4nv, ...), got "
+                        f"{dtype!r}")
+    if np.dtype(array.dtype).itemsize != 1:
+        raise TypeError(f"float8_view needs an array of bytes (uint8), got dtype {array.dtype}")
+    return DTypeView(array, dtype)
+
+
+# torch's 8-bit float dtypes (by name: torch is optional) -> kdsl's
+_TORCH_FP8 = {"torch.float8_e4m3fn": T.float8e4nv, "torch.float8_e5m2": T.float8e5,
+              "torch.float8_e4m3fnuz": T.float8e4b8, "torch.float8_e5m2fnuz": T.float8e5b16}
+
+
+def _torch_float8(name: str, v: Any) -> tuple[str, BoundArg, str | None]:
+    """A torch float8 tensor, bound through its uint8 view (same storage, in place)."""
+    import sys
+
+    torch = sys.modules["torch"]
+    return bind_arg(name, DTypeView(v.view(torch.uint8), _TORCH_FP8[str(v.dtype)]))
+
+
 # NumPy dtype -> (kdsl dtype, array signature); filled on first sight of each dtype.
 _ARRAY_SIG: dict[np.dtype, tuple[T.DType, str]] = {}
 
@@ -210,6 +238,9 @@ def _np_scalar(name: str, v: np.generic) -> tuple[str, BoundArg, None]:
         kd = T.from_numpy(v.dtype)
     except TypeError:
         raise TypeError(f"argument {name!r}: unsupported scalar dtype {v.dtype}") from None
+    if kd.is_fp8:
+        raise TypeError(f"argument {name!r}: {kd} scalars are not kernel arguments; pass a "
+                        f"float (float32) and convert it in the kernel")
     item = v.item()
     if kd.is_bool:
         item = bool(item)
@@ -284,6 +315,8 @@ def _bind_other(name: str, v: Any) -> tuple[str, BoundArg, str | None]:
                             f"{v.dtype.itemsize}-byte elements")
         ba.dtype = v.dtype
         return "*" + v.dtype.name, ba, owner
+    if str(getattr(v, "dtype", "")) in _TORCH_FP8 and hasattr(v, "view"):
+        return _torch_float8(name, v)
     from .registry import owner_of
     owner = owner_of(v)
     if owner is not None:

@@ -90,6 +90,10 @@ def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]
         where_ok = f" outside [{span[0]}, {span[1]})" if span is not None else ""
         msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"
                f"argument {site.arg!r}: element offset {value}{where_ok}, in program_id {pid}")
+    elif site.kind == "null":
+        msg = (f"kernel {kernel!r}: access through a null pointer at {where}{text}\n"
+               f"address {value:#x}: a pointer made from an integer is not bounded by checked "
+               f"mode (only null addresses, below 64 KiB, are caught), in program_id {pid}")
     elif site.kind == "multiple_of":
         msg = (f"kernel {kernel!r}: broken hint at {where}{text}\n"
                f"multiple_of({site.amount}): value {value} is not a multiple of {site.amount}, "
@@ -121,6 +125,9 @@ def poison_value(dtype: T.DType) -> tuple[np.dtype, Any]:
     """(storage dtype, fill value) that marks an element as never written."""
     if dtype.name == "bfloat16":
         return np.dtype(np.uint16), 0x7FC0  # a quiet NaN's bits
+    if dtype.is_fp8:  # the format's NaN code (float8e4b15 has none: 0x7f, its largest value)
+        from kdsl.ir.fp8 import fmt
+        return np.dtype(np.uint8), 0x7F if fmt(dtype).special == "none" else fmt(dtype).nan_code
     if dtype.is_float:
         return dtype.np, np.nan
     if dtype.is_bool:

@@ -32,7 +32,8 @@ OTHER_KINDS = {
     "const", "program_id", "num_programs", "iota", "splat", "broadcast", "reshape", "trans",
     "fma", "where", "cast", "bitcast", "addptr", "ptr_offset", "load", "store", "atomic_rmw",
     "atomic_cas", "barrier", "print", "assert", "breakpoint",
-    "reduce", "scan", "dot", "hint", "for", "while", "if", "yield", "condition",
+    "reduce", "scan", "dot", "hint", "for", "while", "if", "yield", "condition", "int_to_ptr",
+    "ptr_to_int",
 }
 ALL_KINDS = tile.BINARY_OPS | tile.COMPARE_OPS | tile.UNARY_OPS | OTHER_KINDS
 
@@ -242,6 +243,17 @@ def every_op_kernel() -> tuple[tile.Function, int, int]:
     out(kb.op("cast", xv, type=TileType((B,), T.float16)))
     out(kb.op("bitcast", xv, type=I32))
     out(kb.op("ptr_offset", kb.ptrs(x, offs), kb.splat(x, (B,)), type=TileType((B,), T.int64)))
+    # pointers and addresses (differences of addresses: the arrays move between runs), fp8
+    i64 = TileType((B,), T.int64)
+    addr = kb.op("ptr_to_int", kb.ptrs(x, offs), type=i64)
+    raw = kb.op("int_to_ptr", addr, type=TileType((B,), PointerType(T.float32)))
+    out(kb.op("sub", kb.op("ptr_to_int", raw, type=i64),
+              kb.op("ptr_to_int", kb.splat(x, (B,)), type=i64)))
+    out(kb.op("load", raw))
+    out(kb.op("load", kb.op("bitcast", kb.ptrs(x, offs), type=TileType((B,), PointerType(
+        T.int32)))))
+    out(kb.op("cast", xv, type=TileType((B,), T.float8e4nv)))
+    out(kb.const(1e9, T.float8e5, (B,)))
     # special float and integer constants
     for v in (float("inf"), float("-inf"), float("nan"), NEG_NAN, PAYLOAD_NAN, -0.0, 1e-05,
               3.4e38, 0.1):
