@@ -13,6 +13,7 @@ from .core import (
     broadcast,
     broadcast_to,
     cast,
+    cat,
     cdiv,
     ceil,
     clamp,
@@ -27,13 +28,18 @@ from .core import (
     float32,
     float64,
     floor,
+    flip,
     fma,
     full,
+    gather,
+    histogram,
     int1,
     int8,
     int16,
     int32,
     int64,
+    interleave,
+    join,
     load,
     log,
     log2,
@@ -47,11 +53,13 @@ from .core import (
     permute,
     pointer_type,
     program_id,
+    ravel,
     reduce,
     reshape,
     rsqrt,
     sigmoid,
     sin,
+    split,
     sqrt,
     static_assert,
     static_range,
@@ -68,6 +76,19 @@ from .core import (
     zeros,
     zeros_like,
 )
+from .random import (
+    pair_uniform_to_normal,
+    philox,
+    philox_impl,
+    rand,
+    rand4x,
+    randint,
+    randint4x,
+    randn,
+    randn4x,
+    uint_to_uniform_float,
+)
+from .standard import bitonic_merge, sort, swizzle2d, topk
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # indexing
@@ -87,6 +108,12 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "multiple_of", "max_contiguous",
     # shape
     "expand_dims", "reshape", "view", "broadcast_to", "broadcast",
+    "split", "join", "interleave", "cat", "flip", "ravel", "gather", "histogram",
+    # sorting and indices (kd-language library functions)
+    "sort", "topk", "bitonic_merge", "swizzle2d",
+    # random numbers
+    "philox", "philox_impl", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x",
+    "uint_to_uniform_float", "pair_uniform_to_normal",
     # types
     "float16", "bfloat16", "float32", "float64", "int1", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "pointer_type", "cast", "constexpr",

@@ -51,4 +51,8 @@ def addressed_operands(op: tile.Op) -> list[tile.Value]:
         return op.operands[:1]
     if op.kind == "dot":
         return op.operands[:2]
+    if op.kind == "gather":
+        return op.operands[:1]
+    if op.kind == "histogram":
+        return list(op.operands)
     return []

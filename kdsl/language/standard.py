@@ -1,0 +1,137 @@
+"""Library builtins built from other builtins: `sort`, `topk`, `bitonic_merge` (a bitonic
+network, the same one as Triton's, so ties such as -0.0 and 0.0 land where Triton puts them)
+and `swizzle2d`.
+
+The network works on the last dim of x viewed as [R, L] (R = the other dims): a
+compare-and-swap at distance 2**j reshapes it to [R, L / 2**(j+1), 2, 2**j], so that each
+element's partner (its column with bit j flipped) is the same element of `flip(v, 2)`, a static
+`slice`; the element keeps the smaller of the pair on the lower side unless the direction
+(`flip`, per block of the merge stage, or the sort order) says otherwise.  Every step is a
+reshape, a slice, a comparison and a where: Tile IR ops that every backend has.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import core as kd
+from . import semantic
+from .core import TILE_METHODS, builtin
+from .library import kd_function
+
+
+def _log2(n: int, what: str) -> int:
+    if n < 1 or n & (n - 1):
+        raise semantic.error(f"{what} must be a power of two, got {n}")
+    return n.bit_length() - 1
+
+
+def _sort_dims(x: Any, dim: Any, what: str) -> int:
+    """log2 of the sorted (last) dim of x, after checking x and dim."""
+    if not semantic.is_value(x) or not x.shape:
+        raise semantic.error(f"{what} needs a tile, got {semantic.describe(x)}")
+    if x.type.is_ptr:
+        raise semantic.error(f"{what} is not defined on pointers")
+    rank = x.type.rank
+    if dim is not None:
+        d = semantic._constexpr_int(dim, f"{what} dim")
+        if d % rank != rank - 1 or not -rank <= d < rank:
+            raise semantic.error(f"{what} works along the last dim only (dim={rank - 1} or "
+                                 f"-1), got dim={d} for shape {list(x.shape)}")
+    return _log2(x.shape[-1], f"{what}: the size of the last dim")
+
+
+@kd_function
+def _compare_swap(x, j, stage, order):
+    """One compare-and-swap at distance 2**j of x [R, L]. `order` 0: ascending, 1:
+    descending, 2: blocks of 2**stage elements alternately ascending and descending."""
+    rows = x.shape[0]
+    cols = x.shape[1]
+    d = 1 << j
+    blocks = cols // (2 * d)
+    v = kd.reshape(x, (rows, blocks, 2, d))
+    partner = kd.flip(v, 2)
+    upper = kd.arange(0, 2)[None, None, :, None]  # 1 on the side of the pair's higher column
+    if order == 2:
+        # bit `stage` of the column: bit (stage - j - 1) of the block index
+        down = ((kd.arange(0, blocks) >> (stage - j - 1)) & 1)[None, :, None, None]
+    else:
+        down = order
+    take = (v > partner) != (down ^ upper)
+    return kd.reshape(kd.where(take, partner, v), (rows, cols))
+
+
+@kd_function
+def _merge(x, stage, order):
+    """Bitonic merge of blocks of 2**stage elements along the last dim of x [R, L]."""
+    for i in kd.static_range(stage):
+        x = _compare_swap(x, stage - 1 - i, stage, order)
+    return x
+
+
+@kd_function
+def _bitonic_topk(x, log_n, log_k, descending):
+    """The first 2**log_k elements of each row of x sorted (all of them when log_k == log_n):
+    sort blocks of 2**log_k, then repeatedly keep the greater (smaller) of two neighbouring
+    blocks, which is a bitonic sequence, and merge it."""
+    n = 1 << log_n
+    k = 1 << log_k
+    rows = x.numel // n
+    h = kd.reshape(x, (rows, n))
+    for i in kd.static_range(1, log_k + 1):
+        h = _merge(h, i, 2 if i < log_n else descending)
+    for i in kd.static_range(log_k + 1, log_n + 1):
+        pairs = kd.reshape(h, (rows, h.shape[1] // (2 * k), 2, k))
+        if descending:
+            h = kd.max(pairs, 2)
+        else:
+            h = kd.min(pairs, 2)
+        h = _merge(kd.reshape(h, (rows, h.shape[1] * k)), log_k, 2 if i < log_n else descending)
+    return kd.reshape(h, x.shape[:-1] + (k,))
+
+
+@builtin
+def sort(x, dim=None, descending=0, _builder=None):
+    """x sorted along its last dim (a power of two), ascending or descending."""
+    log_n = _sort_dims(x, dim, "sort")
+    return _bitonic_topk(x, log_n, log_n, bool(descending), _builder=_builder)
+
+
+@builtin
+def topk(x, k, dim=None, _builder=None):
+    """The k largest elements along the last dim, in descending order (k and the dim size are
+    powers of two, k <= the dim size)."""
+    log_n = _sort_dims(x, dim, "topk")
+    k = semantic._constexpr_int(k, "topk k")
+    log_k = _log2(k, "topk k")
+    if log_k > log_n:
+        raise semantic.error(f"topk: k = {k} exceeds the last dim ({x.shape[-1]})")
+    return _bitonic_topk(x, log_n, log_k, True, _builder=_builder)
+
+
+@builtin
+def bitonic_merge(x, dim=None, descending=0, _builder=None):
+    """Merge of a bitonic sequence along the last dim (a power of two) into sorted order: the
+    last stage of the bitonic sort (on other inputs, what that network computes)."""
+    log_n = _sort_dims(x, dim, "bitonic_merge")
+    rows = x.type.numel >> log_n
+    h = kd.reshape(x, (rows, 1 << log_n), _builder=_builder)
+    h = _merge(h, log_n, bool(descending), _builder=_builder)
+    return kd.reshape(h, x.shape, _builder=_builder)
+
+
+@kd_function
+def swizzle2d(i, j, size_i, size_j, size_g):
+    """Row-major indices (i, j) of a size_i x size_j grid renumbered column-major within each
+    group of size_g rows (the last group may have fewer rows): program ids grouped so that
+    neighbouring programs share rows and columns of a matmul."""
+    per_group = size_g * size_j  # elements in a full group of rows
+    flat = i * size_j + j
+    first_row = (flat // per_group) * size_g
+    rows = min(size_i - first_row, size_g)
+    within = flat % per_group
+    return first_row + within % rows, within // rows
+
+
+# `x.sort()`, as in Triton (the method table lives in core.py, which cannot import this module).
+TILE_METHODS["sort"] = sort
