@@ -108,6 +108,7 @@ def lower_unsplat(L, op: tile.Op) -> None:
     if L.T > 1 and L.remat_ok(src):
         expr = L.eval_at(src, ix.c32(0))  # computed alike by every thread
     else:
-        (arr,) = L.addressable(src)
-        expr = Index(arr, ix.c32(0))
+        base, flat = L.at(src, [ix.c32(0)] * src.type.rank)  # through slices (split)
+        (arr,) = L.addressable(base)
+        expr = Index(arr, flat)
     L._result_var(op.result, expr)
