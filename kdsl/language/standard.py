@@ -55,7 +55,7 @@ def _merge(h, stage, down_bits):
     descending where bit `stage` of `down_bits` (per element) is set."""
     col = _columns(h.shape[0], h.shape[1])
     down = (down_bits >> stage) & 1
-    for i in range(0, stage):
+    for i in range(stage):
         j = stage - 1 - i
         partner = kd.gather(h, col ^ (1 << j), 1)
         upper = (col >> j) & 1  # the element is the upper one of its pair

@@ -235,13 +235,16 @@ def slice_rule(op: tile.Op, b: Builder) -> tile.Value | None:
         return b.create("slice", src.operands, t, {
             "start": tuple(a + u * c for a, u, c in zip(s1, t1, start)),
             "step": tuple(u * c for u, c in zip(t1, step))})
-    if src.kind == "iota":
-        ax, first = src.attrs.get("axis", 0), src.attrs.get("start", 0) + start[src.attrs.get("axis", 0)]
-        if t.shape[ax] == 1:
+    if src.kind == "iota":  # first + step * (coordinate along the iota's axis)
+        ax = src.attrs.get("axis", 0)
+        first, stride = src.attrs.get("start", 0) + start[ax], step[ax]
+        if t.shape[ax] == 1 or stride == 0:
             return b.create("const", [], t, {"value": first})
-        if step[ax] == 1:
+        if stride == 1:
             return b.create("iota", [], t, {"axis": ax, "start": first})
-        return None
+        coord = b.create("iota", [], t, {"axis": ax, "start": 0})
+        scaled = b.create("mul", [coord, b.create("const", [], t, {"value": stride})], t)
+        return b.create("add", [scaled, b.create("const", [], t, {"value": first})], t)
     if src.kind in PURE_ELEMENTWISE and src.kind != "hint" and is_cheap(x):
         ops = [b.create("slice", [o], o.type.with_shape(t.shape), dict(op.attrs))
                for o in src.operands]

@@ -108,7 +108,7 @@ def random_kernel(bits_ptr, u_ptr, seed, base, BLOCK: kd.constexpr):
     kd.store(bits_ptr + 4 * BLOCK + i, kd.randint(seed, offs))
     kd.store(bits_ptr + 5 * BLOCK + i, kd.randint(seed, offs, n_rounds=7))
     kd.store(u_ptr + i, kd.rand(seed, offs))
-    u0, u1, u2, u3 = kd.rand4x(seed, offs)
+    u0, _, _, u3 = kd.rand4x(seed, offs)
     kd.store(u_ptr + BLOCK + i, u0)
     kd.store(u_ptr + 2 * BLOCK + i, u3)
     kd.store(u_ptr + 3 * BLOCK + i, kd.uint_to_uniform_float(r1))
@@ -146,6 +146,28 @@ def test_randint_rand_bit_exact(backend, seed, base):
     assert (u >= 0).all() and (u < 1).all()
 
 
+@kd.jit
+def rand2d_kernel(bits_ptr, u_ptr, seed, ROUNDS: kd.constexpr, M: kd.constexpr,
+                  N: kd.constexpr):
+    offs = kd.arange(0, M)[:, None] * N + kd.arange(0, N)[None, :]
+    kd.store(u_ptr + offs, kd.rand(seed, offs, ROUNDS))
+    _, _, r2, r3 = kd.randint4x(seed, offs, n_rounds=ROUNDS)
+    kd.store(bits_ptr + offs, r2)
+    kd.store(bits_ptr + M * N + offs, r3)
+
+
+@pytest.mark.parametrize("rounds", [1, 6, 10])
+def test_rand_2d_offsets_and_rounds(backend, rounds):
+    M, N, seed = 4, 8, 99
+    bits = np.zeros(2 * M * N, np.uint32)
+    u = np.zeros(M * N, np.float32)
+    rand2d_kernel[(1,)](bits, u, seed, ROUNDS=rounds, M=M, N=N, backend=backend)
+    want = philox4x32(triton_counters(np.arange(M * N), False), triton_key(seed), rounds)
+    np.testing.assert_array_equal(u.view(np.uint32), uniform(want[0]).view(np.uint32))
+    np.testing.assert_array_equal(bits[:M * N], want[2])
+    np.testing.assert_array_equal(bits[M * N:], want[3])
+
+
 def test_uniform_extremes():
     # INT32_MAX and INT32_MIN (and the words around them) stay below 1.0
     words = np.array([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF], np.uint32)
@@ -167,12 +189,12 @@ def philox64_kernel(c_ptr, o_ptr, seed, BLOCK: kd.constexpr):
     kd.store(o_ptr + 3 * BLOCK + i, r3)
 
 
-def test_philox4x64(backend):
+@pytest.mark.parametrize("seed", [0, -7, 2**31 + 3, 2**62 + 12345])
+def test_philox4x64(backend, seed):
     B = 32
     rng = np.random.default_rng(7)
     c = rng.integers(0, 2**64, 4 * B, dtype=np.uint64)
     out = np.zeros(4 * B, np.uint64)
-    seed = 2**62 + 12345
     philox64_kernel[(1,)](c, out, seed, BLOCK=B, backend=backend)
     want = philox4x64([c[w * B:(w + 1) * B] for w in range(4)], (seed, 0))
     for w in range(4):
@@ -183,7 +205,7 @@ def test_philox4x64(backend):
 def randn_kernel(o_ptr, seed, BLOCK: kd.constexpr):
     offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
     kd.store(o_ptr + offs, kd.randn(seed, offs))
-    n0, n1, n2, n3 = kd.randn4x(seed, offs)
+    _, n1, n2, _ = kd.randn4x(seed, offs)
     n = kd.num_programs(0) * BLOCK
     kd.store(o_ptr + n + offs, n1)
     kd.store(o_ptr + 2 * n + offs, n2)
