@@ -93,6 +93,8 @@ def philox(seed, c0, c1, c2, c3, n_rounds=N_ROUNDS_DEFAULT, _builder=None):
     the seed's low and high 32 bits), 4x64 for 64-bit ones (key = the seed and 0)."""
     b = _builder
     n_rounds = semantic._constexpr_int(n_rounds, "philox n_rounds")
+    if n_rounds < 0:
+        raise semantic.error(f"philox n_rounds must be >= 0, got {n_rounds}")
     s = _seed(b, seed)
     first = semantic.to_value(b, c0)
     bits = 0 if first.type.is_ptr else first.type.elem.bits

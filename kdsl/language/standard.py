@@ -27,6 +27,13 @@ def _log2(n: int, what: str) -> int:
     return n.bit_length() - 1
 
 
+def _order(descending: Any, what: str) -> bool:
+    if semantic.is_value(descending):
+        raise semantic.error(f"{what}: descending must be a compile-time bool, got "
+                             f"{semantic.describe(descending)}")
+    return bool(descending)
+
+
 def _sort_dims(x: Any, dim: Any, what: str) -> int:
     """log2 of the sorted (last) dim of x, after checking x and dim."""
     if not semantic.is_value(x) or not x.shape:
@@ -92,7 +99,7 @@ def _bitonic_topk(x, log_n, log_k, descending):
 def sort(x, dim=None, descending=0, _builder=None):
     """x sorted along its last dim (a power of two), ascending or descending."""
     log_n = _sort_dims(x, dim, "sort")
-    return _bitonic_topk(x, log_n, log_n, bool(descending), _builder=_builder)
+    return _bitonic_topk(x, log_n, log_n, _order(descending, "sort"), _builder=_builder)
 
 
 @builtin
@@ -112,6 +119,7 @@ def bitonic_merge(x, dim=None, descending=0, _builder=None):
     """Merge of a bitonic sequence along the last dim (a power of two) into sorted order: the
     last stage of the bitonic sort (on other inputs, what that network computes)."""
     log_n = _sort_dims(x, dim, "bitonic_merge")
+    descending = _order(descending, "bitonic_merge")
     rows = x.type.numel >> log_n
     h = kd.reshape(x, (rows, 1 << log_n), _builder=_builder)
     down = _columns(rows, 1 << log_n, _builder=_builder)

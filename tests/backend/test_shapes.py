@@ -306,6 +306,7 @@ def _kernel(body: str):
     ("kd.flip(x, 2)", "out of range"),
     ("kd.cat(x, kd.ravel(x))", "same shape"),
     ("kd.join(x_ptr, x_ptr)", "pointers"),
+    ("kd.sort(x, descending=kd.program_id(0) > 0)", "compile-time bool"),
 ])
 def test_errors_name_the_kernel_line(body, msg):
     k = _kernel(body)
