@@ -5,8 +5,8 @@ elements lives in thread `e % T`, register slot `e // T`; a thread holds S = cei
 Scalars are uniform: every thread computes them into its own `Var`s.
 
 Walking a block in order, consecutive fusable ops (element-wise ops, `iota`, `const`, `splat`
-and the gathers `broadcast`/`trans`/`slice`) whose results have the same numel form a *group*, emitted
-as ONE element loop
+and the gathers `broadcast`/`trans`/`slice`) whose results have the same numel form a *group*,
+emitted as ONE element loop
 
     for k in range(S):  e = tid + k*T;  [if e < N:]  one Assign per op
 

@@ -216,6 +216,45 @@ def test_sort_topk_bitonic_merge(backend, dtype, M, N, K):
     np.testing.assert_array_equal(o[4 * M * N:].reshape(M, N), np.sort(bitonic, 1)[:, ::-1])
 
 
+def bitonic_reference(x, descending=False):
+    """Triton's bitonic sort network along the last dim, in NumPy: at stage s, the
+    compare-and-swaps at distances 2**(s-1) .. 1 of element c and c ^ 2**j keep, where
+    `(x > partner) != (down ^ upper)`, the partner (upper: bit j of c; down: bit s of c, or
+    the order at the last stage)."""
+    n = x.shape[-1]
+    log_n = n.bit_length() - 1
+    h = x.reshape(-1, n).copy()
+    cols = np.arange(n)
+    for s in range(1, log_n + 1):
+        down = (cols >> s) & 1 if s < log_n else np.full(n, int(descending))
+        for j in reversed(range(s)):
+            partner = h[:, cols ^ (1 << j)]
+            upper = (cols >> j) & 1
+            h = np.where((h > partner) != (down ^ upper).astype(bool), partner, h)
+    return h.reshape(x.shape)
+
+
+@kd.jit
+def sort_bits_kernel(x_ptr, o_ptr, M: kd.constexpr, N: kd.constexpr):
+    offs = kd.arange(0, M)[:, None] * N + kd.arange(0, N)[None, :]
+    x = kd.load(x_ptr + offs)
+    kd.store(o_ptr + offs, kd.sort(x))
+    kd.store(o_ptr + M * N + offs, kd.sort(x, descending=True))
+
+
+@pytest.mark.parametrize("M, N", [(4, 16), (1, 512)])
+def test_sort_places_signed_zeros_as_triton(backend, M, N):
+    x = RNG.integers(-2, 3, (M, N)).astype(np.float32)
+    x[RNG.random((M, N)) < 0.5] *= -1.0  # -0.0 and 0.0, and equal values, all over
+    o = np.zeros(2 * M * N, np.float32)
+    sort_bits_kernel[(1,)](x, o, M=M, N=N, backend=backend)
+    for i, desc in enumerate((False, True)):
+        want = bitonic_reference(x, desc)
+        np.testing.assert_array_equal(want, np.sort(x, 1)[:, ::-1] if desc else np.sort(x, 1))
+        got = o[i * M * N:(i + 1) * M * N].reshape(M, N)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @kd.jit
 def sort1024_kernel(x_ptr, o_ptr, N: kd.constexpr):
     offs = kd.arange(0, N)
