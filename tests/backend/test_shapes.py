@@ -42,6 +42,7 @@ def split_join_kernel(x_ptr, o_ptr, s_ptr, M: kd.constexpr, N: kd.constexpr):
     kd.store(s_ptr + 2, q)
     kd.store(s_ptr + 3, p)
     kd.store(s_ptr + 4 + kd.arange(0, 2), kd.interleave(kd.load(s_ptr + 1), 7))
+    kd.store(s_ptr + 6, kd.reshape(kd.load(s_ptr + 1 + kd.arange(0, 1)), ()) * 2)  # a scalar
 
 
 @pytest.mark.parametrize("dtype, M, N", [(np.float32, 4, 16), (np.int32, 8, 32),
@@ -49,7 +50,7 @@ def split_join_kernel(x_ptr, o_ptr, s_ptr, M: kd.constexpr, N: kd.constexpr):
 def test_split_join_interleave(backend, dtype, M, N):
     x = values((M, N), dtype)
     o = np.zeros(4 * M * N, dtype)
-    s = np.array([3, -5, 0, 0, 0, 0], dtype)
+    s = np.array([3, -5, 0, 0, 0, 0, 0], dtype)
     split_join_kernel[(1,)](x, o, s, M=M, N=N, backend=backend)
     a, b = x[:, 0::2], x[:, 1::2]
     np.testing.assert_array_equal(o[:M * N // 2].reshape(a.shape), a)
@@ -59,7 +60,7 @@ def test_split_join_interleave(backend, dtype, M, N):
     np.testing.assert_array_equal(o[2 * M * N:3 * M * N].reshape(M, N), x)
     np.testing.assert_array_equal(o[3 * M * N:3 * M * N + M * N // 2].reshape(a.shape),
                                   (a - b).astype(dtype))
-    np.testing.assert_array_equal(s, np.array([3, -5, -5, 3, -5, 7], dtype))
+    np.testing.assert_array_equal(s, np.array([3, -5, -5, 3, -5, 7, -10], dtype))
 
 
 # ------------------------------------------------------------------ cat / flip / ravel
