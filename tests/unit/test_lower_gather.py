@@ -103,8 +103,6 @@ def test_gather(idx_dt):
     outs = run_everywhere(fn, (1,), lambda: [src.ravel(), idx.copy(),
                                               np.zeros(3 * M * K, np.float32)])
     i2 = np.clip(idx.astype(np.int64), 0, N - 1).reshape(M, K)
-    i0 = (idx.astype(np.int64).reshape(K, M) % N)
-    i0 = np.where(i0 < 0, i0 + N, i0) if idx_dt != uint8 else i0
     ramp = (np.arange(M)[:, None] * 100 + np.arange(N)[None, :]).astype(np.float32)
     for args in outs:
         o = args[2]
@@ -115,8 +113,10 @@ def test_gather(idx_dt):
                                       np.take_along_axis(src.T, c0, 0))
         np.testing.assert_array_equal(o[2 * M * K:].reshape(M, K), np.take_along_axis(ramp, i2, 1))
     k4 = lower(fn, Target("gpu", threads=4))
-    shared = [a.size for a in k4.arrays if a.space == "shared"]
-    assert M * N in shared and N * M * 2 not in shared  # src staged, its transpose never
+    staged = [s for s in walk(k4.body) if isinstance(s, loop.ArrayStore)
+              and s.array.space == "shared"]
+    # src once for both gathers (its transpose is never materialised), then the index math
+    assert len(staged) == 2
 
 
 def hist(x_ptr, h_ptr, n, BLOCK: kd.constexpr, BINS: kd.constexpr):
