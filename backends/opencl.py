@@ -33,6 +33,7 @@ from kdsl.target import Target
 from .base import Backend, BoundArg
 from .c_atomics import OPENCL_ATOMICS
 from .c_like import CDialect, emit, kernel_name, math_names, stored_params
+from .opencl_loops import pocl_safe
 
 OPTIONS = ["-cl-fp32-correctly-rounded-divide-sqrt"]
 FAST_MATH = "-cl-fast-relaxed-math"
@@ -200,7 +201,7 @@ class OpenCLBackend(Backend):
         return opencl_dialect(native_fp16="native_fp16" in self.caps)
 
     def codegen(self, kernel: loop.Kernel) -> str:
-        return emit(kernel, self.dialect())
+        return emit(pocl_safe(kernel), self.dialect())
 
     def _check_addresses(self, kernel: loop.Kernel, rt: _Runtime) -> None:
         loc = kernel.attrs.get("raw_pointers")

@@ -382,6 +382,37 @@ def _h_trans(op, ins, m):
     return [_map(ins[0], lambda a: np.transpose(a, perm))]
 
 
+def _h_slice(op, ins, m):
+    shape = op.result.type.shape
+    idx = np.ix_(*(s + t * np.arange(n) for s, t, n in
+                   zip(op.attrs["start"], op.attrs["step"], shape)))
+    return [_map(ins[0], lambda a: np.asarray(a)[idx])]
+
+
+def clamp_index(index: np.ndarray, n: int) -> np.ndarray:
+    """Indices clamped to [0, n) as int64 (each compared in its own type, as the lowering
+    does: a uint64 above 2**63 is large, not negative)."""
+    index = np.asarray(index)
+    if index.dtype == np.uint64:
+        return np.minimum(index, np.uint64(n - 1)).astype(np.int64)
+    return np.clip(index.astype(np.int64), 0, n - 1)
+
+
+def _h_gather(op, ins, m):
+    ax = op.attrs["axis"]
+    index = clamp_index(ins[1], op.operands[0].type.shape[ax])
+    return [_map(ins[0], lambda a: np.take_along_axis(np.asarray(a), index, axis=ax))]
+
+
+def _h_histogram(op, ins, m):
+    n = op.attrs["num_bins"]
+    x = np.asarray(ins[0])
+    keep = (x >= 0) & (x < n) if x.dtype.kind == "i" else x < n
+    if len(ins) > 1:
+        keep &= np.asarray(ins[1], dtype=bool)
+    return [np.bincount(x[keep].astype(np.int64), minlength=n).astype(np.int32)]
+
+
 def _h_identity(op, ins, m):
     return [ins[0]]
 
@@ -613,6 +644,7 @@ _HANDLERS: dict[str, Callable] = {
     **{k: _h_unary for k in tile.UNARY_OPS},
     "const": _h_const, "iota": _h_iota, "splat": _h_splat, "broadcast": _h_broadcast,
     "reshape": _h_reshape, "trans": _h_trans, "hint": _h_identity, "fma": _h_fma,
+    "slice": _h_slice, "gather": _h_gather, "histogram": _h_histogram,
     "where": _h_where, "cast": _h_cast, "bitcast": _h_bitcast, "addptr": _h_addptr,
     "ptr_offset": _h_ptr_offset, "int_to_ptr": _h_int_to_ptr, "ptr_to_int": _h_ptr_to_int,
     "reduce": _h_reduce, "scan": _h_scan, "dot": _h_dot, "program_id": _h_program_id,

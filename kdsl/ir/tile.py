@@ -12,6 +12,12 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
   broadcast        (x)                      -> same rank; dims of size 1 expanded to the result shape
   reshape          (x)                      -> same numel, row-major order (also expand_dims / [:, None])
   trans            (x) {perm}               -> permuted dims
+  slice            (x) {start, step}        -> same rank; element c = x[start + step * c] per dim
+                                               (static strides, negative or 0 too: flip, split)
+  gather           (src, index: int) {axis} -> index's shape, src's elem: src with coordinate
+                                               `axis` replaced by index (clamped to the dim)
+  histogram        (x: int [N][, mask]) {num_bins} -> int32 [num_bins]: count of each value
+                                               in [0, num_bins) where mask (others not counted)
   <binary>         (a, b)                   -> same shape; a and b have equal types except shl/shr
                    add sub mul div(true float division) floordiv (int: C truncation; float: floor)
                    mod (int: C remainder; float: fmod) pow and or xor shl shr maximum minimum
@@ -379,6 +385,8 @@ def _verify_op(op: Op) -> None:
         _check(len(ins) == 1 and ins[0].shape == t.shape, op, f"{k} keeps shape")
         _check(dst.is_ptr and isinstance(src.elem, DType) and src.elem.is_int
                and src.elem.bits == 64, op, f"{k} converts between a pointer and a 64-bit int")
+    elif k in ("slice", "gather", "histogram"):
+        _verify_indexing(op, t)
     elif k == "addptr":
         _check(ins[0].type.is_ptr and ins[0].shape == ins[1].shape == t.shape, op, "addptr shapes")
         _check(isinstance(ins[1].elem, DType) and ins[1].elem.is_int, op, "integer offset")
@@ -467,6 +475,36 @@ def _verify_combine_op(op: Op) -> None:
     _check([a.type for a in r.args] == st + st, op, f"combine takes {2 * len(ins)} scalars")
     _check(r.terminator is not None and r.terminator.kind == "yield"
            and [v.type for v in r.terminator.operands] == st, op, "combine yields")
+
+
+def _verify_indexing(op: Op, t: TileType) -> None:
+    """slice, gather and histogram: ops that read their source at other coordinates."""
+    ins, k = op.operands, op.kind
+    x = ins[0].type
+    if k == "slice":
+        start, step = tuple(op.attrs["start"]), tuple(op.attrs["step"])
+        _check(len(ins) == 1 and t.elem == x.elem and x.rank == t.rank == len(start) == len(step)
+               and x.rank > 0, op, "slice keeps the rank and the type")
+        for d, (s0, st, n, m) in enumerate(zip(start, step, t.shape, x.shape)):
+            _check(0 <= s0 < m and 0 <= s0 + st * (n - 1) < m, op,
+                   f"slice dim {d}: start {s0}, step {st}, {n} elements outside [0, {m})")
+    elif k == "gather":
+        idx, ax = ins[1].type, op.attrs["axis"]
+        _check(len(ins) == 2 and x.rank == idx.rank > 0 and 0 <= ax < x.rank, op, "gather rank")
+        _check(isinstance(idx.elem, DType) and (idx.elem.is_int or idx.elem.is_bool), op,
+               "gather index must be an integer")
+        _check(t == TileType(idx.shape, x.elem), op, "gather result: index's shape, src's type")
+        _check(all(idx.shape[d] == x.shape[d] for d in range(x.rank) if d != ax), op,
+               "gather: index and src differ outside the axis")
+    else:
+        n = op.attrs["num_bins"]
+        _check(x.rank == 1 and isinstance(x.elem, DType) and x.elem.is_int, op,
+               "histogram of a 1-D integer tile")
+        _check(isinstance(n, int) and n > 0 and t == TileType((n,), int32), op,
+               "histogram gives int32 [num_bins]")
+        if len(ins) > 1:
+            _check(len(ins) == 2 and ins[1].type == TileType(x.shape, int1), op,
+                   "histogram mask")
 
 
 def verify(fn: Function) -> None:

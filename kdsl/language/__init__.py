@@ -24,6 +24,7 @@ from .core import (
     broadcast,
     broadcast_to,
     cast,
+    cat,
     cdiv,
     ceil,
     clamp,
@@ -44,6 +45,7 @@ from .core import (
     float8e4nv,
     float8e5,
     float8e5b16,
+    flip,
     float16,
     float32,
     float64,
@@ -51,11 +53,15 @@ from .core import (
     fma,
     full,
     inline_asm_elementwise,
+    gather,
+    histogram,
     int1,
     int8,
     int16,
     int32,
     int64,
+    interleave,
+    join,
     load,
     load_tensor_descriptor,
     log,
@@ -74,6 +80,7 @@ from .core import (
     pointer_type,
     program_id,
     range,
+    ravel,
     reduce,
     reduce_or,
     reshape,
@@ -81,6 +88,7 @@ from .core import (
     sigmoid,
     sin,
     softmax,
+    split,
     sqrt,
     static_assert,
     static_print,
@@ -110,6 +118,19 @@ from .type_objects import (
     tuple_type,
     void,
 )
+from .random import (
+    pair_uniform_to_normal,
+    philox,
+    philox_impl,
+    rand,
+    rand4x,
+    randint,
+    randint4x,
+    randn,
+    randn4x,
+    uint_to_uniform_float,
+)
+from .standard import bitonic_merge, sort, swizzle2d, topk
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # indexing
@@ -134,6 +155,12 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "multiple_of", "max_contiguous", "max_constancy", "assume",
     # shape
     "expand_dims", "reshape", "view", "broadcast_to", "broadcast",
+    "split", "join", "interleave", "cat", "flip", "ravel", "gather", "histogram",
+    # sorting and indices (kd-language library functions)
+    "sort", "topk", "bitonic_merge", "swizzle2d",
+    # random numbers
+    "philox", "philox_impl", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x",
+    "uint_to_uniform_float", "pair_uniform_to_normal",
     # types
     "float16", "bfloat16", "float32", "float64", "float8e4nv", "float8e5", "float8e4b15",
     "float8e4b8", "float8e5b16", "int1", "int8", "int16", "int32", "int64",

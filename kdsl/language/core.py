@@ -36,7 +36,7 @@ from ..ir.types import (  # noqa: F401  (re-exported dtypes)
     uint32,
     uint64,
 )
-from . import block_ptr, scan_reduce, semantic, type_objects
+from . import block_ptr, scan_reduce, semantic, semantic_shape, type_objects
 
 pointer_type = type_objects.pointer_type
 
@@ -571,6 +571,57 @@ def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, _builde
                          "operation with kd builtins")
 
 
+# ------------------------------------------------------------------ moving elements (shape)
+
+
+@builtin
+def split(a, _builder=None):
+    """The two halves (a[..., 0], a[..., 1]) of a tile whose last dim has size 2."""
+    return semantic_shape.split(_builder, a)
+
+
+@builtin
+def join(a, b, _builder=None):
+    """a and b side by side along a new last dim of size 2 (two scalars: a tile of [2])."""
+    return semantic_shape.join(_builder, a, b)
+
+
+@builtin
+def interleave(a, b, _builder=None):
+    """a and b alternating along the last dim: join(a, b) with its last two dims merged."""
+    return semantic_shape.interleave(_builder, a, b)
+
+
+@builtin
+def cat(input, other, can_reorder=False, _builder=None):
+    """input then other along dim 0 (tiles of the same shape); the order is always kept."""
+    return semantic_shape.cat(_builder, input, other, can_reorder)
+
+
+@builtin
+def flip(x, dim=None, _builder=None):
+    """x reversed along `dim` (default: the last dim)."""
+    return semantic_shape.flip(_builder, x, dim)
+
+
+@builtin
+def ravel(x, can_reorder=False, _builder=None):
+    """The elements of x as a 1-D tile (row-major order, whatever `can_reorder` says)."""
+    return semantic_shape.ravel(_builder, x)
+
+
+@builtin
+def gather(src, index, axis, _builder=None):
+    """src read along `axis` at the coordinates of the integer tile `index` (same rank)."""
+    return semantic_shape.gather(_builder, src, index, axis)
+
+
+@builtin
+def histogram(input, num_bins, mask=None, _builder=None):
+    """int32 counts of the values 0 .. num_bins-1 of a 1-D integer tile (where `mask`)."""
+    return semantic_shape.histogram(_builder, input, num_bins, mask)
+
+
 # --------------------------------------------------------------------------- compile time
 
 
@@ -622,6 +673,7 @@ TILE_METHODS: dict[str, Callable] = {
     "atomic_add": atomic_add, "atomic_max": atomic_max, "atomic_min": atomic_min,
     "atomic_and": atomic_and, "atomic_or": atomic_or, "atomic_xor": atomic_xor,
     "atomic_xchg": atomic_xchg, "atomic_cas": atomic_cas,
+    "split": split, "flip": flip, "ravel": ravel, "gather": gather, "histogram": histogram,
 }
 
 DTYPE_NAMES = _py.tuple(d.name for d in ALL_DTYPES)

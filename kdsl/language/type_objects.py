@@ -144,7 +144,7 @@ class pointer_type(metaclass=_PointerMeta):
     Triton's `address_space` and `const` are accepted (global memory only)."""
 
     def __new__(cls, element_ty: Any, address_space: int = 1, const: bool = False):
-        if not isinstance(element_ty, (DType, PointerType)):
+        if not isinstance(element_ty, (DType, PointerType, block_type)):
             raise TypeError(f"kd.pointer_type takes one dtype, as in kd.pointer_type(kd.float16), "
                             f"got {element_ty!r}")
         return PointerType(element_ty)

@@ -215,6 +215,43 @@ def reshape_like(op: tile.Op, b: Builder) -> tile.Value | None:
     return None
 
 
+def slice_rule(op: tile.Op, b: Builder) -> tile.Value | None:
+    """`slice` of a constant or splat is one of the new shape; slices compose; a slice of an
+    iota taking every element along its axis is an iota; a slice of cheap elementwise math is
+    pushed into its operands (as for the other shape ops)."""
+    x, t = op.operands[0], op.result.type
+    start, step = tuple(op.attrs["start"]), tuple(op.attrs["step"])
+    if x.type == t and not any(start) and all(s == 1 for s in step):
+        return x
+    src = defining_op(x)
+    if src is None:
+        return None
+    if src.kind == "const":
+        return b.create("const", [], t, dict(src.attrs))
+    if src.kind == "splat":
+        return b.create("splat", src.operands, t)
+    if src.kind == "slice":
+        s1, t1 = src.attrs["start"], src.attrs["step"]
+        return b.create("slice", src.operands, t, {
+            "start": tuple(a + u * c for a, u, c in zip(s1, t1, start)),
+            "step": tuple(u * c for u, c in zip(t1, step))})
+    if src.kind == "iota":  # first + step * (coordinate along the iota's axis)
+        ax = src.attrs.get("axis", 0)
+        first, stride = src.attrs.get("start", 0) + start[ax], step[ax]
+        if t.shape[ax] == 1 or stride == 0:
+            return b.create("const", [], t, {"value": first})
+        if stride == 1:
+            return b.create("iota", [], t, {"axis": ax, "start": first})
+        coord = b.create("iota", [], t, {"axis": ax, "start": 0})
+        scaled = b.create("mul", [coord, b.create("const", [], t, {"value": stride})], t)
+        return b.create("add", [scaled, b.create("const", [], t, {"value": first})], t)
+    if src.kind in PURE_ELEMENTWISE and src.kind != "hint" and is_cheap(x):
+        ops = [b.create("slice", [o], o.type.with_shape(t.shape), dict(op.attrs))
+               for o in src.operands]
+        return b.create(src.kind, ops, t.with_elem(src.result.type.elem), dict(src.attrs))
+    return None
+
+
 # ------------------------------------------------------------------------------- the table
 
 
@@ -229,6 +266,7 @@ RULES["bitcast"].append(same_type)
 RULES["splat"] = [splat_const]
 for _k in SHAPE_OPS:
     RULES[_k] = [reshape_like]
+RULES["slice"] = [slice_rule]
 
 
 # ------------------------------------------------------------------------------- the driver

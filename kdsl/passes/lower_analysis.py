@@ -68,4 +68,10 @@ def addressed_operands(op: tile.Op) -> list[tile.Value]:
         return list(op.operands)
     if op.kind == "dot":
         return op.operands[:2]
+    if op.kind == "gather":
+        return op.operands[:1]
+    if op.kind == "histogram":
+        return list(op.operands)
+    if op.kind == "reshape" and op.results[0].type.is_scalar and op.operands[0].shape:
+        return op.operands[:1]  # a one-element tile read as a scalar
     return []

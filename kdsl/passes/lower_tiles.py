@@ -5,8 +5,8 @@ elements lives in thread `e % T`, register slot `e // T`; a thread holds S = cei
 Scalars are uniform: every thread computes them into its own `Var`s.
 
 Walking a block in order, consecutive fusable ops (element-wise ops, `iota`, `const`, `splat`
-and the gathers `broadcast`/`trans`) whose results have the same numel form a *group*, emitted
-as ONE element loop
+and the gathers `broadcast`/`trans`/`slice`) whose results have the same numel form a *group*,
+emitted as ONE element loop
 
     for k in range(S):  e = tid + k*T;  [if e < N:]  one Assign per op
 
@@ -88,18 +88,19 @@ from .lower_control import lower_for, lower_if, lower_while
 from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
 from .lower_dot import dot_strategy
 from .lower_elementwise import ELEMENTWISE, const, register_type
+from .lower_gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .lower_reduce import lower_reduce
 from .lower_scan import lower_scan
 from .lower_vector import VecGroup, Vectorizer, element_index
 
 # Ops computed element by element inside a group.
-GATHERS = frozenset({"broadcast", "trans"})
+GATHERS = frozenset({"broadcast", "trans", "slice"})
 FUSABLE = tile.ELEMENTWISE | {"iota", "const", "splat", "reshape"} | GATHERS
 # Ops a tile value may be recomputed from at any index (pure, cheap, no memory).
 REMAT_KINDS = (
     tile.BINARY_OPS | tile.COMPARE_OPS | tile.UNARY_OPS
-    | {"iota", "const", "splat", "reshape", "broadcast", "trans", "hint", "where", "cast",
-       "addptr", "fma", "int_to_ptr", "ptr_to_int"}
+    | {"iota", "const", "splat", "reshape", "broadcast", "trans", "slice", "hint", "where",
+       "cast", "addptr", "fma", "int_to_ptr", "ptr_to_int"}
 )
 REMAT_LIMIT = 12  # largest expression (in distinct ops) recomputed instead of stored
 # Ops too costly to recompute on data read from memory (softmax's exp(x - max)): a value built
@@ -514,6 +515,8 @@ class Lowerer:
         src = op.operands[0].shape
         if op.kind == "broadcast":
             return ix.broadcast_source(idx, src, op.results[0].shape)
+        if op.kind == "slice":
+            return slice_source(op, idx)
         return ix.trans_source(idx, src, tuple(op.attrs["perm"]))
 
     def addressable(self, *values: tile.Value) -> list[Array]:
@@ -805,8 +808,10 @@ def _same_coords(cs: list[Expr]) -> list[Expr]:
 
 
 def _gather_coords(op: tile.Op, coords: list[Expr]) -> list[Expr]:
-    """Source coordinates of element `coords` of a broadcast or trans."""
+    """Source coordinates of element `coords` of a broadcast, trans or slice."""
     src = op.operands[0].shape
+    if op.kind == "slice":
+        return slice_coords(op, coords)
     if op.kind == "broadcast":
         return [c if s != 1 else ix.c32(0) for c, s in zip(coords, src)]
     out: list[Expr] = [ix.c32(0)] * len(src)
@@ -862,6 +867,8 @@ def _atomic_stmts(op: tile.Op, xs: list[Expr], res: Var | None) -> list[Stmt]:
 _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
     "reduce": lower_reduce, "scan": lower_scan, "dot": _lower_dot, **DEBUG_LOWERINGS,
+    "gather": lower_gather, "histogram": lower_histogram,
+    "reshape": lower_unsplat,  # the only reshape not an alias: a one-element tile to a scalar
 }
 
 

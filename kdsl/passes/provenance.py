@@ -40,8 +40,8 @@ def pointer_roots(fn: tile.Function) -> dict[int, frozenset[int]]:
         changed = False
         for op in fn.walk():
             k = op.kind
-            if k in ("addptr", "splat", "broadcast", "reshape", "trans", "hint", "cast",
-                     "bitcast") and op.results:
+            if k in ("addptr", "splat", "broadcast", "reshape", "trans", "slice", "gather",
+                     "hint", "cast", "bitcast") and op.results:
                 changed |= join(op.results[0], get(op.operands[0]))
             elif k == "where":
                 changed |= join(op.results[0], get(op.operands[1]) | get(op.operands[2]))

@@ -132,7 +132,7 @@ class Recorder:
         monkeypatch.setenv("KDSL_CACHE", "0")
 
 
-@pytest.mark.parametrize("module", ["test_ops", "test_tutorials"])
+@pytest.mark.parametrize("module", ["test_ops", "test_tutorials", "test_shapes", "test_random"])
 def test_every_backend_test_kernel_roundtrips(monkeypatch, module):
     rec = Recorder(monkeypatch)
     mod = _load(module)
