@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OutOfBoundsError
-from . import tile
+from . import mathops, tile
 from .types import DType, PointerType, bfloat16, compute_dtype, float16, float64
 
 # ------------------------------------------------------------------------------ value model
@@ -223,6 +223,8 @@ _BINARY: dict[str, Callable] = {
     "shr": _shift(False),
     "maximum": lambda a, b, t: np.maximum(a, b),  # NaN-propagating
     "minimum": lambda a, b, t: np.minimum(a, b),
+    # atan2 hypot copysign nextafter remainder ldexp jn yn (kdsl/ir/mathops.py)
+    **{k: mathops.ignore_type(f) for k, f in mathops.BINARY.items()},
 }
 
 _COMPARE: dict[str, Callable] = {
@@ -255,6 +257,7 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": lambda x: _one(x) / (_one(x) + np.exp(np.negative(x))),
     "floor": np.floor,
     "ceil": np.ceil,
+    **mathops.UNARY,  # trunc rint round tan ... clz popc (kdsl/ir/mathops.py)
 }
 
 

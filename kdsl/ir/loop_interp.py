@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import loop as L
+from . import mathops
 from .types import DType, PointerType, bfloat16, float16
 
 
@@ -101,6 +102,7 @@ _BINARY: dict[str, Callable] = {
     "ge": lambda a, b, t: a >= b,
     "land": lambda a, b, t: bool(a) and bool(b),
     "lor": lambda a, b, t: bool(a) or bool(b),
+    **{k: mathops.scalar(mathops.ignore_type(f)) for k, f in mathops.BINARY.items()},
 }
 
 _UNARY: dict[str, Callable] = {
@@ -111,6 +113,7 @@ _UNARY: dict[str, Callable] = {
     "tanh": np.tanh, "erf": lambda x: math.erf(x),
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "floor": np.floor, "ceil": np.ceil,
     "isnan": np.isnan,
+    **{k: mathops.scalar(f) for k, f in mathops.UNARY.items()},
 }
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from . import extra, math
 from .core import (
     abs,
     arange,
@@ -68,6 +69,7 @@ from .core import (
     zeros,
     zeros_like,
 )
+from .math import div_rn, fdiv, sqrt_rn, umulhi
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # indexing
@@ -79,6 +81,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # math
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
     "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
+    "umulhi", "sqrt_rn", "div_rn", "fdiv", "math", "extra",
     # reductions
     "sum", "max", "min", "argmax", "argmin", "reduce",
     # matrix

@@ -78,7 +78,7 @@ from . import lower_index as ix
 from .lower_analysis import ALIASES, addressed_operands, aliases, stored_params, users
 from .lower_control import lower_for, lower_if, lower_while
 from .lower_dot import dot_strategy
-from .lower_elementwise import ELEMENTWISE, register_type
+from .lower_elementwise import ELEMENTWISE, NEEDS_CAP, register_type
 from .lower_reduce import lower_reduce
 from .lower_vector import VecGroup, Vectorizer, element_index
 
@@ -589,6 +589,9 @@ class Lowerer:
             if k == "hint":
                 self.hints[op.operands[0].name or str(op.operands[0].id)] = dict(op.attrs)
             return
+        if k in NEEDS_CAP and not self.target.has(NEEDS_CAP[k][0]):
+            raise CompilationError(f"{k} is not available on the {self.target.backend} backend "
+                                   f"(it is on {NEEDS_CAP[k][1]})", op.loc, self.fn.name)
         if k in _SPECIAL:
             _SPECIAL[k](self, op)
         elif self._is_scalar(op):
