@@ -370,10 +370,8 @@ def _h_identity(op, ins, m):
 
 def _h_fma(op, ins, m):
     a, b, c = (np.asarray(v) for v in ins)
-    if a.dtype == np.float32:
-        # The float32 product is exact in float64: one rounding of the sum (up to a rare double
-        # rounding when the float64 sum is itself inexact).
-        return [(a.astype(np.float64) * b + c).astype(np.float32)]
+    if a.dtype.kind == "f":
+        return [mathops.fma(a, b, c)]  # one rounding, exactly (kdsl/ir/mathops.py)
     return [a * b + c]
 
 

@@ -332,11 +332,10 @@ def _ev_unary(p, e, th):
 
 def _ev_fma(p, e, th):
     a, b, c = (p.ev(x, th) for x in (e.a, e.b, e.c))
-    if e.dtype.is_float and e.dtype.bits <= 32:
-        return _typed(np.float64(a) * np.float64(b) + np.float64(c), e.dtype)
-    fma = getattr(math, "fma", None)
     with np.errstate(all="ignore"):
-        return _typed(fma(a, b, c) if fma else a * b + c, e.dtype)
+        if e.dtype.is_float:
+            return _typed(mathops.fma(a, b, c)[()], e.dtype)
+        return _typed(a * b + c, e.dtype)
 
 
 def _ev_round(p, e, th):

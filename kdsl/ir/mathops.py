@@ -23,6 +23,7 @@ import ctypes
 import ctypes.util
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from functools import cache
 
 import numpy as np
@@ -208,3 +209,40 @@ def ignore_type(f: Fn) -> Fn:
 def scalar(f: Fn) -> Fn:
     """A function returning 0-d arrays for scalar operands (the Loop IR simulator's values)."""
     return lambda *xs: f(*xs)[()]
+
+
+def _fma64_scalar(a: float, b: float, c: float) -> float:
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a * b + c  # the product is exact (inf, NaN or an exact 0 * inf = NaN)
+    if not math.isfinite(c):
+        return c
+    r = Fraction(a) * Fraction(b) + Fraction(c)
+    if r == 0:  # the exact product is -c, representable: IEEE's sign of an exact zero sum
+        return a * b + c
+    try:
+        return float(r)  # correctly rounded
+    except OverflowError:
+        return math.inf if r > 0 else -math.inf
+
+
+_fma64 = np.vectorize(_fma64_scalar, otypes=[np.float64])
+
+
+def fma(a, b, c) -> np.ndarray:
+    """a * b + c rounded once.  float64: exact rational arithmetic.  float32 (and 16-bit
+    floats held in float32): the product is exact in float64 and the sum's error is found by
+    TwoSum; the float64 sum is rounded to odd when inexact, so that its rounding to float32 is
+    the correctly rounded fma."""
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    if a.dtype == np.float64:
+        return np.asarray(_fma64(a, b, c))
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c64 = c.astype(np.float64)
+    s = p + c64
+    bb = s - p
+    e = (p - (s - bb)) + (c64 - bb)
+    inexact = np.isfinite(s) & (e != 0)
+    past = inexact & ((e < 0) != (s < 0))  # |s| > |exact|: truncate toward zero
+    t = np.where(past, np.nextafter(s, 0.0), s)
+    odd = np.where(inexact, (t.view(np.uint64) | np.uint64(1)).view(np.float64), s)
+    return odd.astype(a.dtype)

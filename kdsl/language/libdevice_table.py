@@ -124,10 +124,10 @@ _add("llround", [((F,), L), ((D,), L)], lambda x: un("round", x).to(L))
 for _name, _f in (("sinpi", special.sinpi_64), ("cospi", special.cospi_64),
                   ("erfcx", special.erfcx_64), ("erfinv", special.erfinv_64),
                   ("erfcinv", special.erfcinv_64), ("normcdf", special.normcdf_64),
-                  ("normcdfinv", special.normcdfinv_64),
-                  ("cyl_bessel_i0", special.bessel_i0_64),
-                  ("cyl_bessel_i1", special.bessel_i1_64), ("rcbrt", special.rcbrt_64)):
+                  ("normcdfinv", special.normcdfinv_64), ("rcbrt", special.rcbrt_64)):
     _add(_name, FU, special.in64(_f))
+_add("cyl_bessel_i0", FU, special.bessel_i0)
+_add("cyl_bessel_i1", FU, special.bessel_i1)
 _add("rhypot", FB, special.in64(special.rhypot_64))
 _add("norm3d", F3, special.norm)
 _add("norm4d", F4, special.norm)
@@ -258,7 +258,9 @@ def _make(name: str, arity: int) -> Callable:
     fn.__doc__ = (f"libdevice {name}: " + "; ".join(_sig_text(s) for s in sigs)) if sigs \
         else f"libdevice {name}: not supported ({UNSUPPORTED.get(name, '')})"
     fn.__module__ = "kdsl.language.extra.libdevice"
-    return builtin(fn)
+    wrapped = builtin(fn)
+    wrapped.__kdsl_name__ = f"libdevice.{name}"  # how errors name it
+    return wrapped
 
 
 _ARITY = {"rcp64h": 1}

@@ -68,6 +68,23 @@ def _horner(y: X, coeffs: list[float]) -> X:
     return acc
 
 
+def _horner_compensated(y: X, coeffs: list[float]) -> X:
+    """The same sum as if evaluated in twice the precision: each step's rounding errors (of
+    the product, exact by fma, and of the sum, by TwoSum) are accumulated by a second Horner
+    recurrence and added at the end (Graillat, Langlois and Louvet)."""
+    s = y.like(coeffs[-1])
+    r = y.like(0.0)
+    for c in reversed(coeffs[:-1]):
+        p = s * y
+        pe = fma(s, y, -p)
+        s2 = p + c
+        bb = s2 - p
+        se = (p - (s2 - bb)) + (c - bb)
+        r = fma(r, y, pe + se)
+        s = s2
+    return s + r
+
+
 # ------------------------------------------------------------------------- sinpi, cospi
 
 
@@ -202,7 +219,7 @@ def normcdfinv_64(p: X) -> X:
 
 
 def _i_series(nu: int, n: int) -> list[float]:
-    """sum_k y^k / (k! (k+nu)!) coefficients, y = (x/2)^2."""
+    """Coefficients of sum_k y^k / (k! (k+nu)!), y = (x/2)^2."""
     return [1.0 / (math.factorial(k) * math.factorial(k + nu)) for k in range(n)]
 
 
@@ -216,16 +233,22 @@ def _i_asym(nu: int, n: int) -> list[float]:
 
 
 _I_SERIES = {0: _i_series(0, 45), 1: _i_series(1, 45)}
+# d/dy of sum y^k / (k! (k+nu)!) is sum y^k / (k! (k+nu+1)!)
+_I_DERIV = {0: _i_series(1, 45), 1: _i_series(2, 45)}
 _I_ASYM = {0: _i_asym(0, 20), 1: _i_asym(1, 20)}
 _I_SWITCH = 25.0
 
 
-def _bessel_i_64(x: X, nu: int) -> X:
+def _bessel_i_64(x: X, nu: int, compensated: bool) -> X:
     a = un("abs", x)
     small = a < _I_SWITCH
     s = where(small, a, a.like(1.0))
     h = s * 0.5
-    ser = _horner(h * h, _I_SERIES[nu])
+    y = h * h
+    # (x/2)^2 = y + yl exactly; P(y + yl) = P(y) + yl P'(y), P' being the series of nu + 1
+    yl = fma(h, h, -y)
+    ser = (_horner_compensated if compensated else _horner)(y, _I_SERIES[nu])
+    ser = fma(yl, _horner(y, _I_DERIV[nu]), ser)
     if nu == 1:
         ser = ser * h
     big = where(small, a.like(_I_SWITCH), a)
@@ -236,12 +259,18 @@ def _bessel_i_64(x: X, nu: int) -> X:
     return bi("copysign", r, x) if nu == 1 else r
 
 
-def bessel_i0_64(x: X) -> X:
-    return _bessel_i_64(x, 0)
+def bessel_i0(x: X) -> X:
+    """float64: the series summed with compensated Horner (its 45 terms would otherwise cost
+    up to ~12 ulps); float32: computed in float64 with plain Horner."""
+    if x.dtype == float64:
+        return _bessel_i_64(x, 0, True)
+    return _bessel_i_64(x.to(float64), 0, False).to(float32)
 
 
-def bessel_i1_64(x: X) -> X:
-    return _bessel_i_64(x, 1)
+def bessel_i1(x: X) -> X:
+    if x.dtype == float64:
+        return _bessel_i_64(x, 1, True)
+    return _bessel_i_64(x.to(float64), 1, False).to(float32)
 
 
 # -------------------------------------------------------------------- norms and roots

@@ -13,5 +13,5 @@ from ..libdevice_table import UNSUPPORTED, functions
 _FUNCTIONS = functions()
 globals().update(_FUNCTIONS)
 
-__all__ = sorted(_FUNCTIONS)
+__all__ = sorted(_FUNCTIONS)  # noqa: PLE0605  (every libdevice name)
 SUPPORTED = frozenset(__all__) - frozenset(UNSUPPORTED)
