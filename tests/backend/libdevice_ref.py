@@ -11,8 +11,9 @@ from fractions import Fraction
 
 import numpy as np
 
-getcontext().prec = 50
+getcontext().prec = 60
 INF, NAN = math.inf, math.nan
+_PI = Decimal("3.14159265358979323846264338327950288419716939937510582097494459")
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -146,9 +147,6 @@ def _remainder(a: float, b: float) -> float:
     return math.remainder(a, b)
 
 
-_PI = Decimal("3.14159265358979323846264338327950288419716939937510582097494459")
-
-
 def _sin_pi_exact(f: Fraction) -> float:
     """sin(pi f) for an exact rational f: reduced exactly to [-1/2, 1/2], then the product
     pi * f in 50 digits, split into two floats."""
@@ -275,10 +273,66 @@ def normcdfinv(p: float) -> float:
     return float(Decimal(erfcinv(2 - 2 * p)) * s2) if p < 1 else INF
 
 
-# Bessel functions by quadrature: J_n(x) = (1/pi) int_0^pi cos(n t - x sin t) dt (trapezoid on
-# a periodic integrand converges geometrically); Y_n(x) = (1/pi) int_0^pi sin(x sin t - n t) dt
-# - (1/pi) int_0^inf (e^(n t) + (-1)^n e^(-n t)) e^(-x sinh t) dt (Gauss-Legendre).
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(400)
+# Bessel functions J_n, Y_n: ascending series in 60-digit decimal arithmetic for x <= 60
+# (DLMF 10.2.2 and 10.8.1; the alternating terms stay far inside the precision), Hankel's
+# asymptotic expansion above (DLMF 10.17.3, the phase reduced modulo 2 pi exactly).
+_EULER = Decimal("0.577215664901532860606512090082402431042159335939923598805767")
+
+
+def _j_series(n: int, x: Decimal) -> Decimal:
+    y = -(x * x) / 4
+    term = (x / 2) ** n / math.factorial(n)
+    total, k = term, 0
+    while abs(term) > Decimal("1e-45") * max(abs(total), Decimal(1)) or k < 5:
+        k += 1
+        term = term * y / (k * (n + k))
+        total += term
+    return total
+
+
+def _y_series(n: int, x: Decimal) -> Decimal:
+    pi = _PI
+    h = x / 2
+    first = -sum(Decimal(math.factorial(n - k - 1)) / math.factorial(k) * (h * h) ** k
+                 for k in range(n)) / h ** n / pi if n else Decimal(0)
+    second = 2 / pi * h.ln() * _j_series(n, x)
+
+    def psi(m: int) -> Decimal:  # digamma(m + 1) = -gamma + H_m
+        return -_EULER + sum((Decimal(1) / j for j in range(1, m + 1)), Decimal(0))
+
+    y = -(h * h)
+    term = h ** n / math.factorial(n)  # (x/2)^n (-x^2/4)^k / (k! (n+k)!)
+    total, k = psi(0) + psi(n), 0
+    total *= term
+    hk, hnk = Decimal(0), sum((Decimal(1) / j for j in range(1, n + 1)), Decimal(0))
+    while True:
+        k += 1
+        term = term * y / (k * (n + k))
+        hk += Decimal(1) / k
+        hnk += Decimal(1) / (n + k)
+        t = term * (-2 * _EULER + hk + hnk)
+        total += t
+        if abs(t) < Decimal("1e-45") and k > 5:
+            break
+    return first + second - total / pi
+
+
+def _hankel(n: int, x: float, kind: str) -> float:
+    mu = 4 * n * n
+    z = Decimal(x)
+    a, terms = Decimal(1), []
+    for k in range(30):
+        terms.append(a)
+        a = a * (mu - (2 * k + 1) ** 2) / ((k + 1) * 8) / z
+    p = sum(terms[0::2][i] * (-1) ** i for i in range(len(terms[0::2])))
+    q = sum(terms[1::2][i] * (-1) ** i for i in range(len(terms[1::2])))
+    two_pi = 2 * _PI
+    w = (z - n * _PI / 2 - _PI / 4) % two_pi
+    c, s_ = math.cos(float(w)), math.sin(float(w))
+    amp = (2 / (_PI * z)).sqrt()
+    if kind == "j":
+        return float(amp * (Decimal(c) * p - Decimal(s_) * q))
+    return float(amp * (Decimal(s_) * p + Decimal(c) * q))
 
 
 def bessel_j(n: int, x: float) -> float:
@@ -286,9 +340,13 @@ def bessel_j(n: int, x: float) -> float:
         return x
     if math.isinf(x):
         return 0.0
-    m = int(abs(x)) + abs(n) + 64
-    t = np.pi * (np.arange(m) + 0.5) / m
-    return float(np.mean(np.cos(n * t - x * np.sin(t))))
+    if x == 0:
+        return 1.0 if n == 0 else 0.0
+    sign = -1 if (x < 0 and n % 2) else 1
+    a = abs(x)
+    if a > 60:
+        return sign * _hankel(n, a, "j")
+    return sign * float(_j_series(n, Decimal(a)))
 
 
 def bessel_y(n: int, x: float) -> float:
@@ -298,13 +356,10 @@ def bessel_y(n: int, x: float) -> float:
         return -INF
     if math.isinf(x):
         return 0.0
-    m = int(x) + abs(n) + 64
-    t = np.pi * (np.arange(m) + 0.5) / m
-    first = float(np.mean(np.sin(x * np.sin(t) - n * t)))
-    top = math.asinh(60.0 / x) + 2.0  # the integrand is below e^-60 beyond
-    u = (_GL_X + 1) * top / 2
-    g = (np.exp(n * u) + (-1) ** n * np.exp(-n * u)) * np.exp(-x * np.sinh(u))
-    return first - float(np.sum(_GL_W * g) * top / 2) / math.pi
+    if x > 60:
+        return _hankel(n, x, "y")
+    r = _y_series(n, Decimal(x))
+    return float(r) if abs(r) < Decimal("1.7e308") else -INF
 
 
 def bessel_i(nu: int, x: float) -> float:
@@ -379,13 +434,15 @@ def round_exact(q: Fraction, dtype, mode: str, zero_sign: float = 1.0) -> float:
 
 def _past_overflow(q: Fraction, dtype) -> bool:
     """Round to nearest overflows at max + half an ulp of max."""
-    big = Fraction(float(np.finfo(dtype).max))
-    half = Fraction(float(np.spacing(np.finfo(dtype).max))) / 2
+    top = np.finfo(dtype).max
+    big = Fraction(float(top))
+    half = (big - Fraction(float(np.nextafter(top, dtype(0))))) / 2
     return abs(q) >= big + half
 
 
 def directed(op: str, mode: str, dtype, *xs: float) -> float:
     """add/sub/mul/div/fma/sqrt/rcp of floats in `mode`, from the exact rational result."""
+    xs = tuple(float(x) for x in xs)
     if any(math.isnan(x) for x in xs):
         return NAN
     if op == "sqrt":
@@ -414,6 +471,8 @@ def directed(op: str, mode: str, dtype, *xs: float) -> float:
                      math.copysign(INF, a) * math.copysign(1, b) if a != 0 else NAN),
                  "rcp": lambda a: 1 / a if a != 0 else math.copysign(INF, a),
                  "fma": lambda a, b, c: a * b + c}[op]
+        if op == "fma" and math.isfinite(xs[0]) and math.isfinite(xs[1]) and math.isinf(xs[2]):
+            return xs[2]  # the exact product is finite
         if not all(math.isfinite(x) for x in xs) or (op == "div" and xs[1] == 0) or (
                 op == "rcp" and xs[0] == 0):
             v = plain(*(np.float64(x) for x in xs))

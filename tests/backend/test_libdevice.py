@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import zlib
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -201,3 +203,221 @@ def test_unary_float(backend, dt):
 
 def test_unary_float32_only(backend):
     _check_unary(backend, F32, F32_ONLY)
+
+
+# ------------------------------------------------------------------------- Bessel J, Y
+
+BESSEL = {
+    "j0": (lambda v: R.bessel_j(0, v), 2, 2), "j1": (lambda v: R.bessel_j(1, v), 2, 2),
+    "y0": (lambda v: R.bessel_y(0, v), 2, 2), "y1": (lambda v: R.bessel_y(1, v), 2, 2),
+}
+
+
+@kd.jit
+def jn3(x):
+    return ld.jn(3, x)
+
+
+@kd.jit
+def yn2(x):
+    return ld.yn(2, x)
+
+
+def _bessel_x(dt, rng):
+    return R.interval_values(dt, rng, 0, 60, [0.0, -0.0, math.inf, -math.inf, math.nan, 1e-30,
+                                              0.5, 1.0, 2.404825557695773, 3.8317059702075125,
+                                              0.8935769662791675, 10.0, -1.0, -7.5, 100.0,
+                                              1000.5])
+
+
+@pytest.mark.parametrize("dt", [F32, F64], ids=["f32", "f64"])
+def test_bessel_jy(backend, dt):
+    """J and Y of orders 0, 1 and n; the quadrature references are accurate in absolute terms
+    (near a zero the relative error of any implementation grows), hence the absolute part."""
+    names = sorted(BESSEL) + ["jn", "yn"]
+    xs = [_bessel_x(dt, rng_for(n, dt)) for n in names]
+    fns = [getattr(ld, n) for n in sorted(BESSEL)] + [jn3, yn2]
+    if backend == "opencl":
+        with pytest.raises(kd.CompilationError, match="j0 is not available on the opencl"):
+            run_group(backend, names[:1], [[xs[0]]], dt, fns[:1])
+        return
+    outs = run_group(backend, names, [[x] for x in xs], dt, fns)
+    refs = [BESSEL[n][0] for n in sorted(BESSEL)] + [lambda v: R.bessel_j(3, v),
+                                                      lambda v: R.bessel_y(2, v)]
+    fails = []
+    for n, x, got, ref in zip(names, xs, outs, refs):
+        r = _ref(ref, x)
+        # absolute error grows with the argument (its phase x - n pi/2 - pi/4 is inexact)
+        scale = np.maximum(8.0, np.nan_to_num(np.abs(x.astype(F64)), posinf=8.0))
+        atol = 2.0**-24 * 4 if dt == F32 else 2.0**-53 * scale
+        try:
+            R.assert_ulps(got, r, dt, 4, n, [x], atol=atol)
+        except AssertionError as e:
+            fails.append(str(e))
+    _check_all(fails)
+
+
+# --------------------------------------------------------------------- binary, ternary
+
+def _pairs(dt, rng):
+    """Pairs of edge values (every edge against a few others) and random pairs."""
+    a = R.edge_values(dt, rng)
+    b = np.roll(R.edge_values(dt, rng), 7)
+    b[:20] = a[20:40]
+    return a, b
+
+
+def _remainder_ref(a, b):
+    return R._remainder(a, b)
+
+
+def _fmod_ref(a, b):
+    if math.isnan(a) or math.isnan(b) or math.isinf(a) or b == 0:
+        return math.nan
+    if math.isinf(b):
+        return a
+    r = float(Fraction(a) - Fraction(b) * math.trunc(Fraction(a) / Fraction(b)))
+    return math.copysign(r, a) if r == 0 else r
+
+
+def _fdim_ref(a, b):
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    return a - b if a > b else 0.0
+
+
+def _nextafter_ref(dt):
+    return lambda a, b: float(np.nextafter(dt(a), dt(b)))
+
+
+def _pow_ref(a, b):
+    with np.errstate(all="ignore"):
+        return float(np.power(np.float64(a), np.float64(b)))
+
+
+BINARY = {
+    "atan2": (lambda a, b: math.atan2(a, b) if not (math.isnan(a) or math.isnan(b))
+              else math.nan, 2, 2),
+    "hypot": (lambda a, b: float(np.hypot(np.float64(a), np.float64(b))), 1, 2),
+    "rhypot": (lambda a, b: 1 / float(np.hypot(np.float64(a), np.float64(b)))
+               if (a, b) != (0, 0) else math.inf, 1, 2),
+    "copysign": (math.copysign, 0, 0), "fmod": (_fmod_ref, 0, 0),
+    "remainder": (_remainder_ref, 0, 0), "fdim": (_fdim_ref, 0, 0),
+    "pow": (_pow_ref, 2, 2),
+}
+
+
+@pytest.mark.parametrize("dt", [F32, F64], ids=["f32", "f64"])
+def test_binary_float(backend, dt):
+    names = sorted(BINARY) + ["nextafter", "fast_powf", "fast_dividef"]
+    if dt == F64:
+        names = names[:-2]
+    rows = [list(_pairs(dt, rng_for(n, dt))) for n in names]
+    outs = run_group(backend, names, rows, dt)
+    refs = {**{n: BINARY[n][0] for n in BINARY}, "nextafter": _nextafter_ref(dt),
+            "fast_powf": _pow_ref, "fast_dividef": lambda a, b: float(np.float64(a) / b)
+            if b != 0 else (math.copysign(math.inf, a) * math.copysign(1, b) if a != 0
+                            and not math.isnan(a) else math.nan)}
+    ulps = {n: BINARY[n][1 if dt == F32 else 2] for n in BINARY}
+    ulps.update(nextafter=0, fast_powf=2, fast_dividef=0)
+    fails = []
+    for n, (a, b), got in zip(names, rows, outs):
+        ref = _ref(refs[n], a, b)
+        try:
+            if ulps[n] == 0:
+                R.assert_bits(got, ref.astype(dt), n, [a, b])
+            else:
+                R.assert_ulps(got, ref, dt, ulps[n], n, [a, b])
+        except AssertionError as e:
+            fails.append(str(e))
+    _check_all(fails)
+
+
+def _norm_ref(*xs):
+    xs = [float(x) for x in xs]
+    if any(math.isinf(x) for x in xs):
+        return math.inf
+    if any(math.isnan(x) for x in xs):
+        return math.nan
+    return float(Decimal(sum(Fraction(x) ** 2 for x in xs).numerator).sqrt()
+                 / Decimal(sum(Fraction(x) ** 2 for x in xs).denominator).sqrt()) \
+        if any(xs) else 0.0
+
+
+@pytest.mark.parametrize("dt", [F32, F64], ids=["f32", "f64"])
+def test_norms_and_fma(backend, dt):
+    rng = rng_for("norm", dt)
+    a, b = _pairs(dt, rng)
+    c = np.roll(a, 3)
+    d = np.roll(b, 11)
+    names = ["fma", "fma_rn", "norm3d", "rnorm3d"]
+    outs = run_group(backend, names, [[a, b, c]] * 4, dt)
+    out4 = run_group(backend, ["norm4d", "rnorm4d"], [[a, b, c, d]] * 2, dt)
+    fma_ref = np.array([R.directed("fma", "rn", dt, *t) for t in zip(a, b, c)])
+    n3 = np.array([_norm_ref(*t) for t in zip(a, b, c)])
+    n4 = np.array([_norm_ref(*t) for t in zip(a, b, c, d)])
+    with np.errstate(all="ignore"):
+        R.assert_bits(outs[0], fma_ref.astype(dt), "fma", [a, b, c])
+        R.assert_bits(outs[1], fma_ref.astype(dt), "fma_rn", [a, b, c])
+        R.assert_ulps(outs[2], n3, dt, 2, "norm3d", [a, b, c])
+        R.assert_ulps(outs[3], 1 / n3, dt, 2, "rnorm3d", [a, b, c])
+        R.assert_ulps(out4[0], n4, dt, 2, "norm4d", [a, b, c, d])
+        R.assert_ulps(out4[1], 1 / n4, dt, 2, "rnorm4d", [a, b, c, d])
+
+
+# ------------------------------------------------------------------ directed rounding
+
+def _directed_inputs(dt, rng):
+    """Operands whose exact results are halfway cases, tiny, huge, subnormal or exact."""
+    a, b = _pairs(dt, rng)
+    eps = np.finfo(dt).eps
+    tiny = np.finfo(dt).smallest_subnormal
+    big = np.finfo(dt).max
+    special = [(1.0, eps / 2), (1.0, -eps / 4), (1.0, eps * 0.75), (3.0, -3.0), (-0.0, 0.0),
+               (-0.0, -0.0), (tiny, 0.5), (tiny * 3, 0.5), (big, big), (big, -big / 2),
+               (big, 2.0), (1 / 3, 3.0), (2.0, 0.1), (1e-30, 1e-30), (-1e-30, 1e-30),
+               (big / 2, 1.5), (0.1, 0.2), (tiny, -tiny), (1.0, 3.0), (-1.0, 3.0), (2.0, -7.0)]
+    for i, (x, y) in enumerate(special):
+        a[i + 60], b[i + 60] = x, y
+    return a, b
+
+
+@pytest.mark.parametrize("dt", [F32, F64], ids=["f32", "f64"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_directed_binary(backend, dt, op):
+    """{add,sub,mul,div}_{rn,rz,rd,ru} bit-exact against exact rational arithmetic."""
+    a, b = _directed_inputs(dt, rng_for(op, dt))
+    names = [f"{op}_{m}" for m in ("rn", "rz", "rd", "ru")]
+    outs = run_group(backend, names, [[a, b]] * 4, dt)
+    fails = []
+    for n, got in zip(names, outs):
+        ref = np.array([R.directed(op, n[-2:], dt, x, y) for x, y in zip(a, b)])
+        try:
+            R.assert_bits(got, ref.astype(dt), n, [a, b])
+        except AssertionError as e:
+            fails.append(str(e))
+    _check_all(fails)
+
+
+@pytest.mark.parametrize("dt", [F32, F64], ids=["f32", "f64"])
+def test_directed_unary_and_fma(backend, dt):
+    a, b = _directed_inputs(dt, rng_for("sqrt", dt))
+    c = np.roll(a, 5)
+    c[60:70] = -(a[60:70] * b[60:70])  # exact cancellations, zero signs
+    c[70:75] = a[70:75] * b[70:75] * np.finfo(dt).eps
+    modes = ("rn", "rz", "rd", "ru")
+    names = [f"{f}_{m}" for f in ("sqrt", "rcp") for m in modes]
+    outs = run_group(backend, names, [[np.abs(a) if n.startswith("sqrt") else a]
+                                      for n in names], dt)
+    fmas = [f"fma_{m}" for m in modes[1:]]
+    outs += run_group(backend, fmas, [[a, b, c]] * 3, dt)
+    fails = []
+    for n, got in zip(names + fmas, outs):
+        op, m = n.split("_")
+        args = [np.abs(a)] if op == "sqrt" else [a] if op == "rcp" else [a, b, c]
+        ref = np.array([R.directed(op, m, dt, *t) for t in zip(*args)])
+        try:
+            R.assert_bits(got, ref.astype(dt), n, args)
+        except AssertionError as e:
+            fails.append(str(e))
+    _check_all(fails)
