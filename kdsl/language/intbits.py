@@ -47,6 +47,8 @@ def brev(x: X) -> X:
     bits = x.dtype.bits
     u = _u(x)
     for s, m in _BREV_MASKS:
+        if s >= bits // 2:
+            break
         m &= (1 << bits) - 1
         u = ((u >> s) & m) | ((u & m) << s)
     u = (u >> (bits // 2)) | (u << (bits // 2))

@@ -403,8 +403,9 @@ def test_directed_binary(backend, dt, op):
 def test_directed_unary_and_fma(backend, dt):
     a, b = _directed_inputs(dt, rng_for("sqrt", dt))
     c = np.roll(a, 5)
-    c[60:70] = -(a[60:70] * b[60:70])  # exact cancellations, zero signs
-    c[70:75] = a[70:75] * b[70:75] * np.finfo(dt).eps
+    with np.errstate(all="ignore"):
+        c[60:70] = -(a[60:70] * b[60:70])  # exact cancellations, zero signs
+        c[70:75] = a[70:75] * b[70:75] * np.finfo(dt).eps
     modes = ("rn", "rz", "rd", "ru")
     names = [f"{f}_{m}" for f in ("sqrt", "rcp") for m in modes]
     outs = run_group(backend, names, [[np.abs(a) if n.startswith("sqrt") else a]
@@ -421,3 +422,267 @@ def test_directed_unary_and_fma(backend, dt):
         except AssertionError as e:
             fails.append(str(e))
     _check_all(fails)
+
+
+# ------------------------------------------------------------- float with int arguments
+
+I32 = np.int32
+
+
+def _exponents(rng):
+    e = rng.integers(-300, 300, BLOCK).astype(I32)
+    e[:12] = [0, 1, -1, 2**31 - 1, -(2**31), 128, -150, 1100, -1100, -1075, 2000, -2000]
+    return e
+
+
+@pytest.mark.parametrize("dt", [F32, F64], ids=["f32", "f64"])
+def test_ldexp_and_integer_pow(backend, dt):
+    rng = rng_for("ldexp", dt)
+    x = R.edge_values(dt, rng)
+    n = _exponents(rng)
+    small = (n % 7 - 3).astype(I32)
+    outs = run_group(backend, ["ldexp", "scalbn", "pow"], [[x, n], [x, n], [x, small]], dt)
+
+    def ldexp_ref(v, k):
+        v, k = float(v), int(k)
+        if not math.isfinite(v) or v == 0:
+            return v
+        return R.round_exact(Fraction(v) * Fraction(2) ** k, dt, "rn")
+
+    ref = np.array([ldexp_ref(v, k) for v, k in zip(x, n)])
+    R.assert_bits(outs[0], ref.astype(dt), "ldexp", [x, n])
+    R.assert_bits(outs[1], ref.astype(dt), "scalbn", [x, n])
+    with np.errstate(all="ignore"):
+        pref = np.power(x.astype(F64), small.astype(F64))
+    R.assert_ulps(outs[2], pref, dt, 2, "pow(x, int)", [x, small])
+
+
+# ------------------------------------------------------------- predicates, int results
+
+def _int_results(dt):
+    return {
+        "isnan": lambda v: math.isnan(v), "isinf": lambda v: math.isinf(v),
+        "signbit": lambda v: math.copysign(1, v) < 0,
+        "ilogb": lambda v: -(2**31) if v == 0 or math.isnan(v) else (
+            2**31 - 1 if math.isinf(v) else math.frexp(v)[1] - 1),
+        "llrint": lambda v: _sat(np.rint(v), 64), "llround": lambda v: _sat(
+            R._round_half_away(v), 64),
+        ("finitef" if dt == F32 else "isfinited"): lambda v: math.isfinite(v),
+    }
+
+
+def _sat(v: float, bits: int, signed: bool = True) -> int:
+    """float -> int conversion as kdsl defines it: NaN -> 0, out of range saturates."""
+    if math.isnan(v):
+        return 0
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+    if v <= lo:
+        return lo
+    if v >= hi:
+        return hi
+    return int(v)
+
+
+@pytest.mark.parametrize("dt", [F32, F64], ids=["f32", "f64"])
+def test_predicates_and_integer_results(backend, dt):
+    table = _int_results(dt)
+    names = list(table)
+    x = R.edge_values(dt, rng_for("pred", dt))
+    outs = run_group(backend, names, [[x]] * len(names), np.int64)
+    for n, got in zip(names, outs):
+        ref = np.array([int(table[n](float(v))) for v in x], np.int64)
+        R.assert_bits(got, ref, n, [x])
+
+
+# ------------------------------------------------------------------------ conversions
+
+def _float_to_int_refs(src):
+    """name -> reference for the float -> integer conversions of a float32/float64 source."""
+    p = "float" if src == F32 else "double"
+    rnd = {"rn": np.rint, "rz": np.trunc, "rd": np.floor, "ru": np.ceil}
+    out = {}
+    for m, f in rnd.items():
+        def conv(bits, signed, result_bits, f=f):
+            def g(v):
+                r = _sat(float(f(v)), bits, signed)
+                return r - 2**result_bits if r >= 2 ** (result_bits - 1) else r  # same bits
+            return g
+        out[f"{p}2int_{m}"] = conv(32, True, 32)
+        out[f"{p}2uint_{m}"] = conv(32, False, 32)
+        out[f"{p}2ll_{m}"] = conv(64, True, 64)
+        out[f"{p}2ull_{m}"] = conv(64, False, 64)
+    return out
+
+
+@pytest.mark.parametrize("src", [F32, F64], ids=["f32", "f64"])
+def test_float_to_int_conversions(backend, src):
+    table = _float_to_int_refs(src)
+    names = sorted(table)
+    x = R.edge_values(src, rng_for("f2i", src))
+    x[50:60] = [2.5, -2.5, 3.5, -0.5, 2**31 - 0.5 if src == F64 else 2**31, -(2**31) - 0.5,
+                2**32 + 7 if src == F64 else 2**32, -1.5, 2**63, 2**64]
+    outs = run_group(backend, names, [[x]] * len(names), np.int64)
+    for n, got in zip(names, outs):
+        ref = np.array([table[n](float(v)) for v in x], np.int64)
+        R.assert_bits(got, ref, n, [x])
+
+
+def _bits_of(v, dt):
+    return int(np.asarray(v, dt).view(np.int32 if dt == F32 else np.int64))
+
+
+def test_bit_reinterpretations(backend):
+    x = R.edge_values(F32, rng_for("bits", F32))
+    d = R.edge_values(F64, rng_for("bits", F64))
+    out = run_group(backend, ["float_as_int", "float_as_uint"], [[x], [x]], np.int64)
+    ref = np.array([_bits_of(v, F32) for v in x])
+    R.assert_bits(out[0], ref, "float_as_int", [x])
+    R.assert_bits(out[1], ref, "float_as_uint", [x])
+    out = run_group(backend, ["double_as_longlong", "double2loint", "double2hiint"],
+                    [[d]] * 3, np.int64)
+    bits = np.array([_bits_of(v, F64) for v in d], np.int64)
+    R.assert_bits(out[0], bits, "double_as_longlong", [d])
+    R.assert_bits(out[1], bits.astype(np.int32).astype(np.int64), "double2loint", [d])
+    R.assert_bits(out[2], (bits >> 32).astype(np.int64), "double2hiint", [d])
+    hi, lo = (bits >> 32).astype(I32), bits.astype(I32)
+    back = run_group(backend, ["hiloint2double"], [[hi, lo]], F64)[0]
+    R.assert_bits(back, d, "hiloint2double", [hi, lo])
+    back = run_group(backend, ["longlong_as_double"], [[bits]], F64)[0]
+    R.assert_bits(back, d, "longlong_as_double", [bits])
+    ib = ref.astype(I32)
+    back = run_group(backend, ["int_as_float"], [[ib]], F32)[0]
+    R.assert_bits(back, x, "int_as_float", [ib])
+    back = run_group(backend, ["uint_as_float"], [[ib.view(np.uint32)]], F32)[0]
+    R.assert_bits(back, x, "uint_as_float", [ib])
+
+
+def _ints(dtype, rng):
+    info = np.iinfo(dtype)
+    edges = [0, 1, -1, 2, 3, info.max, info.min, info.max - 1, info.min + 1, 2**24 - 1, 2**24,
+             2**24 + 1, -(2**24) - 1, 2**31 - 1, 2**53 + 1, -(2**53) - 1, 2**62 + 3, 12345678]
+    edges = [v for v in edges if info.min <= v <= info.max]
+    vals = rng.integers(info.min, info.max, BLOCK, dtype=dtype, endpoint=True)
+    vals[:len(edges)] = edges
+    return vals
+
+
+@pytest.mark.parametrize("src", [np.int32, np.uint32, np.int64, np.uint64],
+                         ids=["i32", "u32", "i64", "u64"])
+def test_int_to_float_conversions(backend, src):
+    v = _ints(src, rng_for("i2f", src))
+    short = {np.int32: ("int2float", "int2double"), np.uint32: ("uint2float", "uint2double"),
+             np.int64: ("ll2float", "ll2double"), np.uint64: ("ull2float", "ull2double")}[src]
+    modes = ("rn", "rz", "rd", "ru")
+    names = [f"{short[0]}_{m}" for m in modes]
+    outs = run_group(backend, names, [[v]] * 4, F32)
+    dnames = [f"{short[1]}_{m}" for m in modes] if src in (np.int64, np.uint64) \
+        else [f"{short[1]}_rn"]
+    douts = run_group(backend, dnames, [[v]] * len(dnames), F64)
+    for n, got in zip(names + dnames, outs + douts):
+        dt = F32 if n in names else F64
+        ref = np.array([R.to_float_exact(int(k), dt, n[-2:]) for k in v])
+        R.assert_bits(got, ref.astype(dt), n, [v])
+
+
+@pytest.mark.parametrize("mode", ["rn", "rz", "rd", "ru"])
+def test_double_to_float(backend, mode):
+    d = R.edge_values(F64, rng_for("d2f", F64))
+    d[50:60] = [1 + 2**-24, 1 + 2**-24 + 2**-50, -(1 + 2**-24), 3.4028235677973366e38,
+                3.4028236e38, 1e-45, 7e-46, 1e-50, -1e-50, 0.1]
+    got = run_group(backend, [f"double2float_{mode}"], [[d]], F32)[0]
+    ref = np.array([R.to_float_exact(float(v), F32, mode) for v in d])
+    R.assert_bits(got, ref.astype(F32), f"double2float_{mode}", [d])
+
+
+# --------------------------------------------------------------------------- integers
+
+def _to_unsigned(v: int, bits: int) -> int:
+    return v & ((1 << bits) - 1)
+
+
+def _to_type(v: int, bits: int, signed: bool) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if signed and v >= 1 << (bits - 1) else v
+
+
+def _int_refs(bits: int, signed: bool) -> dict:
+    u = lambda v: _to_unsigned(int(v), bits)  # noqa: E731
+    t = lambda v: _to_type(v, bits, signed)  # noqa: E731
+    refs = {
+        "clz": lambda a: bits - u(a).bit_length(),
+        "popc": lambda a: bin(u(a)).count("1"),
+        "ffs": lambda a: (u(a) & -u(a)).bit_length(),
+        "brev": lambda a: t(int(f"{u(a):0{bits}b}"[::-1], 2)),
+        "mulhi": lambda a, b: t((int(a) * int(b)) >> bits),
+        "umulhi": lambda a, b: t((u(a) * u(b)) >> bits),
+        "abs": lambda a: t(abs(int(a))),
+    }
+    if bits == 32:
+        s24 = (lambda v: _to_type(int(v), 24, True)) if signed else (lambda v: int(v) & 0xFFFFFF)
+        refs.update({
+            "mul24": lambda a, b: t(s24(a) * s24(b)),
+            "hadd": lambda a, b: t((int(a) + int(b)) >> 1),
+            "rhadd": lambda a, b: t((int(a) + int(b) + 1) >> 1),
+        })
+    return refs
+
+
+_ONE_ARG = ("clz", "popc", "ffs", "brev", "abs")
+_INT_NAMES = {
+    (32, True): ["clz", "popc", "ffs", "brev", "abs", "mulhi", "umulhi", "mul24", "hadd",
+                 "rhadd"],
+    (32, False): ["mulhi", "umulhi", "mul24", "hadd", "rhadd"],
+    (64, True): ["clz", "popc", "ffs", "brev", "abs", "mulhi", "umulhi"],
+    (64, False): ["mulhi", "umulhi"],
+}
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64],
+                         ids=["i32", "u32", "i64", "u64"])
+def test_integer_functions(backend, dtype):
+    info = np.iinfo(dtype)
+    key = (info.bits, info.min < 0)
+    refs = _int_refs(*key)
+    rng = rng_for("int", dtype)
+    a, b = _ints(dtype, rng), np.roll(_ints(dtype, rng), 5)
+    for arity in (1, 2):
+        names = [n for n in _INT_NAMES[key] if (n in _ONE_ARG) == (arity == 1)]
+        if not names:
+            continue
+        fns = [kd.umulhi if n == "umulhi" else getattr(ld, n) for n in names]
+        args = [a] if arity == 1 else [a, b]
+        out_dt = np.int64 if names[0] in ("clz", "popc", "ffs") else dtype
+        outs = run_group(backend, names, [args] * len(names), dtype, fns)
+        for n, got in zip(names, outs):
+            ref = np.array([refs[n](*t) for t in zip(*args)], dtype=object)
+            if n in ("clz", "popc", "ffs"):
+                got = got.astype(np.int64)
+            R.assert_bits(np.asarray(got).astype(object), ref, n, args)
+        del out_dt
+
+
+def test_sad_and_byte_perm(backend):
+    rng = rng_for("sad", np.int32)
+    a, b = _ints(np.int32, rng), np.roll(_ints(np.int32, rng), 3)
+    z = _ints(np.uint32, rng)
+    got = run_group(backend, ["sad"], [[a, b, z]], np.int32)[0]
+    ref = [_to_type(abs(int(x) - int(y)) + int(w), 32, True) for x, y, w in zip(a, b, z)]
+    R.assert_bits(got, np.array(ref, np.int64).astype(np.int32), "sad", [a, b, z])
+    ua, ub = a.view(np.uint32), b.view(np.uint32)
+    got = run_group(backend, ["sad"], [[ua, ub, z]], np.uint32)[0]
+    ref = [(abs(int(x) - int(y)) + int(w)) & 0xFFFFFFFF for x, y, w in zip(ua, ub, z)]
+    R.assert_bits(got, np.array(ref, np.uint64).astype(np.uint32), "usad", [ua, ub, z])
+    s = rng.integers(0, 2**31, BLOCK).astype(np.int32)
+    s[:4] = [0x3210, 0x7654, 0x0123, 0x4444]
+    got = run_group(backend, ["byte_perm"], [[a, b, s]], np.int32)[0]
+
+    def perm(x, y, sel):
+        v = (_to_unsigned(int(y), 32) << 32) | _to_unsigned(int(x), 32)
+        r = 0
+        for i in range(4):
+            k = (int(sel) >> (4 * i)) & 7
+            r |= ((v >> (8 * k)) & 0xFF) << (8 * i)
+        return _to_type(r, 32, True)
+
+    ref = np.array([perm(*t) for t in zip(a, b, s)], np.int64).astype(np.int32)
+    R.assert_bits(got, ref, "byte_perm", [a, b, s])
