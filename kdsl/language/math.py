@@ -9,7 +9,7 @@ operations under the names that promise it.
 
 from __future__ import annotations
 
-from . import semantic
+from . import core, semantic
 from .core import abs, builtin, ceil, cos, erf, exp, exp2, floor, fma, log, log2, rsqrt, sin, sqrt
 from .intbits import umulhi as _umulhi
 from .mathexpr import X
@@ -48,6 +48,9 @@ def fdiv(x, y, ieee_rounding=False, _builder=None):
             raise semantic.error("both operands of fdiv must have a floating-point type")
     return semantic.truediv(_builder, x, y)
 
+
+# Triton's `x.sqrt_rn()` (its other math methods are kd's own: x.exp(), x.sqrt(), ...)
+core.TILE_METHODS.setdefault("sqrt_rn", sqrt_rn)
 
 __all__ = ["abs", "ceil", "cos", "div_rn", "erf", "exp", "exp2", "fdiv", "floor", "fma", "log",
            "log2", "rsqrt", "sin", "sqrt", "sqrt_rn", "umulhi"]

@@ -491,7 +491,7 @@ def directed(op: str, mode: str, dtype, *xs: float) -> float:
     return round_exact(q, dtype, mode)
 
 
-def to_float_exact(v: int | float, dtype, mode: str) -> float:
+def to_float_exact(v: float, dtype, mode: str) -> float:
     """An integer (or float64) converted to `dtype` in `mode`."""
     if isinstance(v, float) and not math.isfinite(v):
         return float(np.asarray(v).astype(dtype))

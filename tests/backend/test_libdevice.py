@@ -14,13 +14,12 @@ import zlib
 from decimal import Decimal
 from fractions import Fraction
 
+import libdevice_ref as R
 import numpy as np
 import pytest
 
 import kdsl as kd
 from kdsl.language.extra import libdevice as ld
-
-import libdevice_ref as R
 
 BLOCK = R.N
 F32, F64 = np.float32, np.float64
@@ -606,11 +605,11 @@ def _to_type(v: int, bits: int, signed: bool) -> int:
 
 
 def _int_refs(bits: int, signed: bool) -> dict:
-    u = lambda v: _to_unsigned(int(v), bits)  # noqa: E731
-    t = lambda v: _to_type(v, bits, signed)  # noqa: E731
+    u = lambda v: _to_unsigned(int(v), bits)
+    t = lambda v: _to_type(v, bits, signed)
     refs = {
         "clz": lambda a: bits - u(a).bit_length(),
-        "popc": lambda a: bin(u(a)).count("1"),
+        "popc": lambda a: u(a).bit_count(),
         "ffs": lambda a: (u(a) & -u(a)).bit_length(),
         "brev": lambda a: t(int(f"{u(a):0{bits}b}"[::-1], 2)),
         "mulhi": lambda a, b: t((int(a) * int(b)) >> bits),
