@@ -285,7 +285,8 @@ def _cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
 
 
 def _bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
-    bits = np.ascontiguousarray(to_storage(x, src))
+    # np.ascontiguousarray makes a 0-d array 1-d: keep the scalar's shape
+    bits = np.ascontiguousarray(to_storage(x, src)).reshape(np.shape(x))
     return from_storage(bits.view(dst.np if dst != bfloat16 else np.uint16), dst)
 
 
