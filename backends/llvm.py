@@ -210,17 +210,15 @@ class _FnEmitter:
             return b.ctpop(x)
         raise NotImplementedError(f"llvm backend: unary {e.op} on {t}")
 
-    def _libm(self, names: tuple[str | None, str], args: list[ir.Value],
-              int_first: bool = False) -> ir.Value:
-        """Call libm's float32 or float64 function on `args` (floats, then an i32 for ldexp;
-        the i32 first for jn/yn); float32 without an `f` variant goes through float64."""
-        floats = [a for a in args if a.type in (F32, F64)]
-        ty = floats[0].type
+    def _libm(self, names: tuple[str | None, str], args: list[ir.Value]) -> ir.Value:
+        """Call libm's float32 or float64 function (`names`) on `args` (floats and C ints,
+        in C's order); float32 without an `f` variant goes through the float64 one."""
+        ty = next(a.type for a in args if a.type in (F32, F64))
         name = names[0] if ty == F32 else names[1]
         b = self.b
         if name is None:
             wide = [b.fpext(a, F64) if a.type == F32 else a for a in args]
-            return b.fptrunc(self._libm((None, names[1]), wide, int_first), F32)
+            return b.fptrunc(self._libm(names, wide), F32)
         fty = ir.FunctionType(ty, [a.type for a in args])
         fn = self.m.globals.get(name) or ir.Function(self.m, fty, name)
         return b.call(fn, args)
@@ -232,8 +230,6 @@ class _FnEmitter:
         if e.op == "ldexp":
             return self._libm(("ldexpf", "ldexp"), [a, c])
         if e.op in ("jn", "yn"):  # Loop IR operands (x, n); C's jn(n, x)
-            if a.type == F32:
-                return b.fptrunc(self._libm((None, e.op), [c, b.fpext(a, F64)]), F32)
             return self._libm((None, e.op), [c, a])
         if isinstance(t, PointerType):
             a, c = b.ptrtoint(a, I64), b.ptrtoint(c, I64)
