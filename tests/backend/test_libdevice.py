@@ -720,3 +720,35 @@ def test_scalars_and_literals(backend):
     want = [R.erfinv(0.5), math.tan(0.5) - 1, 0.125, float(np.nextafter(F32(0.5), F32(1))),
             31, R.bessel_j(0, 2.0), 4.0, 2.0, float(0x3F000000)]
     np.testing.assert_allclose(o, np.array(want, F32), rtol=2e-7)
+
+
+@pytest.mark.parametrize("dt", [F32, F64], ids=["f32", "f64"])
+def test_directed_wide_exponents(backend, dt):
+    """Random operands over the whole exponent range: subnormal and underflowing products and
+    quotients, tiny products next to a dominant or comparable addend, cancellations."""
+    rng = rng_for("wide", dt)
+    lo, top = (-600, -1100) if dt == F64 else (-80, -150)
+    ea, eb, ec = (rng.integers(lo, 20, BLOCK), rng.integers(lo, 20, BLOCK),
+                  rng.integers(top, 10, BLOCK))
+
+    def signed(e):
+        return (rng.choice([-1.0, 1.0], BLOCK) * rng.uniform(1, 2, BLOCK) * 2.0 ** e).astype(dt)
+
+    a, b, c = signed(ea), signed(eb), signed(ec)
+    with np.errstate(all="ignore"):
+        c[:20] = -(a[:20].astype(F64) * b[:20]).astype(dt)
+    cases = [("fma", m, 3) for m in ("rz", "rd", "ru")] + [
+        (op, m, 2) for op in ("mul", "div", "add") for m in ("rz", "rd", "ru")]
+    names = [f"{op}_{m}" for op, m, _ in cases]
+    outs = run_group(backend, names[:3], [[a, b, c]] * 3, dt)
+    outs += run_group(backend, names[3:], [[a, b if op != "add" else c] for op, _, _ in
+                                          cases[3:]], dt)
+    fails = []
+    for (op, m, n), name, got in zip(cases, names, outs):
+        args = [a, b, c] if n == 3 else [a, c if op == "add" else b]
+        ref = np.array([R.directed(op, m, dt, *t) for t in zip(*args)])
+        try:
+            R.assert_bits(got, ref.astype(dt), name, args)
+        except AssertionError as e:
+            fails.append(str(e))
+    _check_all(fails)
