@@ -61,12 +61,13 @@ Type = DType | PointerType
 
 UNARY = frozenset(
     "neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil isnan".split()
-    + "trunc rint round tan asin acos atan sinh cosh asinh acosh atanh log1p expm1 cbrt exp10 "
-      "log10 erfc lgamma tgamma j0 j1 y0 y1 clz popc".split()
+    + ["trunc", "rint", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+       "atanh", "log1p", "expm1", "cbrt", "exp10", "log10", "erfc", "lgamma", "tgamma", "j0",
+       "j1", "y0", "y1", "clz", "popc"]
 )
 BINARY = frozenset(
     "add sub mul div mod pow and or xor shl shr maximum minimum land lor".split()
-    + "atan2 hypot copysign nextafter remainder ldexp jn yn".split()
+    + ["atan2", "hypot", "copysign", "nextafter", "remainder", "ldexp", "jn", "yn"]
 )
 COMPARE = frozenset("eq ne lt le gt ge".split())
 

@@ -81,16 +81,17 @@ UNKNOWN_LOC = Loc()
 
 BINARY_OPS = frozenset(
     "add sub mul div floordiv mod pow and or xor shl shr maximum minimum".split()
-    + "atan2 hypot copysign nextafter remainder ldexp jn yn".split()
+    + ["atan2", "hypot", "copysign", "nextafter", "remainder", "ldexp", "jn", "yn"]
 )
 # Binary ops defined on floats only (kdsl/ir/mathops.py), and those taking (float, int32).
-FLOAT_BINARY = frozenset("atan2 hypot copysign nextafter remainder".split())
-FLOAT_INT_BINARY = frozenset("ldexp jn yn".split())
+FLOAT_BINARY = frozenset({"atan2", "hypot", "copysign", "nextafter", "remainder"})
+FLOAT_INT_BINARY = frozenset({"ldexp", "jn", "yn"})
 COMPARE_OPS = frozenset("eq ne lt le gt ge".split())
 UNARY_OPS = frozenset(
     "neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil".split()
-    + "trunc rint round tan asin acos atan sinh cosh asinh acosh atanh log1p expm1 cbrt exp10 "
-      "log10 erfc lgamma tgamma j0 j1 y0 y1 clz popc".split()
+    + ["trunc", "rint", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+       "atanh", "log1p", "expm1", "cbrt", "exp10", "log10", "erfc", "lgamma", "tgamma", "j0",
+       "j1", "y0", "y1", "clz", "popc"]
 )
 INT_ONLY_UNARY = frozenset({"clz", "popc"})
 FLOAT_ONLY_UNARY = UNARY_OPS - {"neg", "not", "abs"} - INT_ONLY_UNARY
