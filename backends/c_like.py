@@ -41,6 +41,12 @@ from .c_atomics import AtomicSpelling
 
 TEMPLATES = Path(__file__).parent / "templates"
 
+# The math ops of kdsl/ir/mathops.py: C99 functions of the same name (CUDA: `...f` for float).
+MATH_UNARY = ("trunc", "rint", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+              "acosh", "atanh", "log1p", "expm1", "cbrt", "exp10", "log10", "erfc", "lgamma",
+              "tgamma", "j0", "j1", "y0", "y1")
+MATH_BINARY = ("atan2", "hypot", "copysign", "nextafter", "remainder", "ldexp")
+
 
 @dataclass(frozen=True)
 class CDialect:
@@ -93,6 +99,8 @@ class CDialect:
     static_shared_bytes: int = 0
     # printf length modifier of a 64-bit integer argument ("l" in OpenCL C, "ll" in CUDA)
     printf_int64: str = "ll"
+    # Integer bit counts `clz`/`popc`: "clz32", "clz64", ... -> format with {x} and {T}
+    int_math: Mapping[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------- names
@@ -118,6 +126,8 @@ _CALLED = frozenset(
         "ceil", "fmod", "pow", "fma", "fmax", "fmin", "isnan", "abs", "max", "min", "expf", "exp2f",
         "logf", "log2f", "sqrtf", "rsqrtf", "fabsf", "sinf", "cosf", "tanhf", "erff", "floorf",
         "ceilf", "fmodf", "powf", "fmaf", "fmaxf", "fminf", "llabs", "vload_half",
+        *MATH_UNARY, *(f"{n}f" for n in MATH_UNARY), *MATH_BINARY,
+        *(f"{n}f" for n in MATH_BINARY), "jn", "jnf", "yn", "ynf", "clz", "popcount",
         "vstore_half_rte", "convert_half_rte", "atomic_add", "atom_add", "atomic_cmpxchg",
         "atom_cmpxchg", "atomicAdd", "atomicCAS", "atomicExch", "atomicMax", "atomicMin",
         "atomicAnd", "atomicOr", "atomicXor", "atomic_xchg", "atomic_max", "atomic_min",
@@ -161,7 +171,7 @@ FLOAT_UNARY = {
     **{op: "{f}({x})" for op in
        [
            "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
-           "ceil"
+           "ceil", *MATH_UNARY
        ]},
 }
 INT_UNARY = {
@@ -171,6 +181,8 @@ FLOAT_BINARY = {
     "add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
     "mod": "{f}({a}, {b})", "pow": "{f}({a}, {b})",
     "maximum": "kd_fmax_{s}({a}, {b})", "minimum": "kd_fmin_{s}({a}, {b})",
+    **{op: "{f}({a}, {b})" for op in MATH_BINARY},
+    "jn": "{f}({b}, {a})", "yn": "{f}({b}, {a})",  # Loop IR operands are (x, n)
 }
 # "wrap:" computes in the unsigned wrap type and casts back; "small:" casts back to the type
 # when it is narrower than int (C promotes it).
@@ -301,6 +313,11 @@ class CEmitter:
             return self._fill(FLOAT_UNARY[e.op], t, x=x, op="fabs" if e.op == "abs" else e.op)
         if e.op == "abs" and not t.is_signed:
             return x
+        if e.op in ("clz", "popc"):
+            key = f"{e.op}{t.bits}"
+            if key not in self.d.int_math:
+                raise NotImplementedError(f"{self.d.name}: {e.op} of {t}")
+            return self.d.int_math[key].format(x=x, T=self.ctype(t))
         if e.op == "neg":
             x = self._wrapped(e.x, t)
         return self._fill(INT_UNARY[e.op], t, x=x)

@@ -67,6 +67,9 @@ def cuda_dialect() -> CDialect:
         bitcast="kd_bitcast<{T}>({x})",
         atomics=CUDA_ATOMICS,
         fast_math_option=FAST_MATH, helper_qual="static __device__ __forceinline__",
+        int_math={"clz32": "(({T})__clz((int)({x})))", "clz64": "(({T})__clzll((long long)({x})))",
+                  "popc32": "(({T})__popc((unsigned int)({x})))",
+                  "popc64": "(({T})__popcll((unsigned long long)({x})))"},
         extra={"as_float": "__uint_as_float", "as_uint": "__float_as_uint", "f16_helper": "",
                "options": " ".join(OPTIONS), "options_fast": " ".join(OPTIONS + [FAST_MATH])},
         intrinsics=MMA_FUNCTIONS,
@@ -331,7 +334,8 @@ def resource_report(source: str, arch: str) -> str:
 
 class CUDABackend(Backend):
     name = "cuda"
-    caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads"})
+    caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads",
+                      "bessel"})
 
     def device_kind(self) -> str:
         return "gpu"

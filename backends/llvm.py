@@ -63,7 +63,20 @@ _FCMP = {"eq": ("o", "=="), "ne": ("u", "!="), "lt": ("o", "<"), "le": ("o", "<=
 _FBIN = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "mod": "frem"}
 _IBIN = {"add": "add", "sub": "sub", "mul": "mul", "and": "and_", "or": "or_", "xor": "xor",
          "shl": "shl", "land": "and_", "lor": "or_"}
-_F_INTRINSIC_UNARY = {"sqrt": "sqrt", "abs": "fabs", "floor": "floor", "ceil": "ceil"}
+_F_INTRINSIC_UNARY = {"sqrt": "sqrt", "abs": "fabs", "floor": "floor", "ceil": "ceil",
+                      "trunc": "trunc", "rint": "rint", "round": "round"}
+# Math ops of kdsl/ir/mathops.py computed by libm: op -> (float32 function, float64 function).
+# float32 uses the `f` variant, except where glibc's float version is less accurate than the
+# double one rounded once (erfc, lgamma, tgamma, the Bessel functions): None = through float64.
+_LIBM_UNARY = {
+    **{op: (f"{op}f", op) for op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                                     "acosh", "atanh", "log1p", "expm1", "cbrt", "exp10",
+                                     "log10")},
+    **{op: (None, op) for op in ("erfc", "lgamma", "tgamma", "j0", "j1", "y0", "y1")},
+}
+_LIBM_BINARY = {op: (f"{op}f", op) for op in ("atan2", "hypot", "nextafter", "remainder")}
+LIBM_NAMES = sorted({n for table in (_LIBM_UNARY, _LIBM_BINARY) for pair in table.values()
+                     for n in pair if n} | {"ldexp", "ldexpf", "jn", "yn"})
 
 
 # Loop hints: a Loop IR `For` whose body starts with `Comment(hint)` gets these loop
@@ -182,6 +195,8 @@ class _FnEmitter:
             if e.op in _F_INTRINSIC_UNARY:
                 return b.call(intrinsic(self.m, _F_INTRINSIC_UNARY[e.op], x.type), [x],
                               fastmath=self.fmf)
+            if e.op in _LIBM_UNARY:
+                return self._libm(_LIBM_UNARY[e.op], [x])
             return self.math.call(b, e.op, x)
         if e.op == "neg":
             return b.neg(x)
@@ -195,12 +210,33 @@ class _FnEmitter:
             return x
         if e.op == "isnan":
             return ir.Constant(I1, 0)
+        if e.op == "clz":
+            return b.ctlz(x, ir.Constant(I1, 0))
+        if e.op == "popc":
+            return b.ctpop(x)
         raise NotImplementedError(f"llvm backend: unary {e.op} on {t}")
+
+    def _libm(self, names: tuple[str | None, str], args: list[ir.Value]) -> ir.Value:
+        """Call libm's float32 or float64 function (`names`) on `args` (floats and C ints,
+        in C's order); float32 without an `f` variant goes through the float64 one."""
+        ty = next(a.type for a in args if a.type in (F32, F64))
+        name = names[0] if ty == F32 else names[1]
+        b = self.b
+        if name is None:
+            wide = [b.fpext(a, F64) if a.type == F32 else a for a in args]
+            return b.fptrunc(self._libm(names, wide), F32)
+        fty = ir.FunctionType(ty, [a.type for a in args])
+        fn = self.m.globals.get(name) or ir.Function(self.m, fty, name)
+        return b.call(fn, args)
 
     def _e_Binary(self, e: L.Binary) -> ir.Value:
         t = e.a.dtype
         a, c = self.expr(e.a), self.expr(e.b)
         b = self.b
+        if e.op == "ldexp":
+            return self._libm(("ldexpf", "ldexp"), [a, c])
+        if e.op in ("jn", "yn"):  # Loop IR operands (x, n); C's jn(n, x)
+            return self._libm((None, e.op), [c, a])
         if isinstance(t, PointerType):
             a, c = b.ptrtoint(a, I64), b.ptrtoint(c, I64)
             return b.icmp_unsigned(_ICMP[e.op], a, c)
@@ -213,8 +249,10 @@ class _FnEmitter:
                 return cmp(op, a, c, flags=self.fmf)
             if e.op in _FBIN:
                 return getattr(b, _FBIN[e.op])(a, c, flags=self.fmf)
-            if e.op in ("maximum", "minimum", "pow"):
+            if e.op in ("maximum", "minimum", "pow", "copysign"):
                 return b.call(intrinsic(self.m, e.op, a.type), [a, c], fastmath=self.fmf)
+            if e.op in _LIBM_BINARY:
+                return self._libm(_LIBM_BINARY[e.op], [a, c])
             raise NotImplementedError(f"llvm backend: binary {e.op} on {t}")
         signed = t.is_signed
         if e.op in _ICMP:
@@ -584,7 +622,8 @@ def _register_libm(llvm) -> None:
         return
     libm = ctypes.CDLL(path)
     for name in ("tanh", "erf", "pow", "powf", "fmod", "fmodf", "exp", "expf", "exp2",
-                 "exp2f", "log", "logf", "log2", "log2f", "sin", "sinf", "cos", "cosf"):
+                 "exp2f", "log", "logf", "log2", "log2f", "sin", "sinf", "cos", "cosf",
+                 *LIBM_NAMES):
         try:
             llvm.add_symbol(name, ctypes.cast(getattr(libm, name), ctypes.c_void_p).value)
         except AttributeError:
@@ -668,7 +707,7 @@ def _toolchain_id() -> str:
 
 class LLVMBackend(Backend):
     name = "llvm"
-    caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel"})
+    caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel"})
 
     def is_available(self) -> bool:
         try:

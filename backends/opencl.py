@@ -79,6 +79,8 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None) 
         bitcast="as_{T}({x})",
         atomics=OPENCL_ATOMICS, printf_int64="l",
         fast_math_option=FAST_MATH, helper_qual="static inline",
+        int_math={"clz32": "clz({x})", "clz64": "clz({x})", "popc32": "popcount({x})",
+                  "popc64": "popcount({x})"},
         math_fast={op: f"native_{op}" for op in ("exp", "exp2", "log", "log2", "sqrt",
                                                   "rsqrt", "sin", "cos")},
         extra={"as_float": "as_float", "as_uint": "as_uint", "native_fp16": native_fp16,

@@ -381,16 +381,16 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
         if isinstance(fn, BoundMethod):
             return self.call(fn.fn, [fn.self_value, *args], kwargs)
         if getattr(fn, "__kdsl_builtin__", False):
-            name = fn.__name__
+            name = getattr(fn, "__kdsl_name__", f"kd.{fn.__name__}")
             try:
                 bound = inspect.signature(fn).bind(*args, **kwargs)
             except TypeError as e:
-                raise semantic.error(f"kd.{name}: {e}") from None
+                raise semantic.error(f"{name}: {e}") from None
             fn_params = getattr(fn, "__kdsl_fn_params__", ())
             if fn_params:  # e.g. kd.reduce's combine_fn: inlined where the builtin asks
                 for p in fn_params:
                     if p in bound.arguments:
-                        bound.arguments[p] = self.inliner(bound.arguments[p], f"kd.{name}", p)
+                        bound.arguments[p] = self.inliner(bound.arguments[p], name, p)
                 args, kwargs = list(bound.args), dict(bound.kwargs)
             return fn(*args, _builder=self.b, **kwargs)
         if getattr(fn, "__kdsl_jit__", None) is not None:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OutOfBoundsError
-from . import atomics, fp8, rawmem, tile
+from . import atomics, fp8, mathops, rawmem, tile
 from .types import DType, PointerType, bfloat16, compute_dtype, float16, float64
 
 # ------------------------------------------------------------------------------ value model
@@ -239,6 +239,8 @@ _BINARY: dict[str, Callable] = {
     "shr": _shift(False),
     "maximum": lambda a, b, t: np.maximum(a, b),  # NaN-propagating
     "minimum": lambda a, b, t: np.minimum(a, b),
+    # atan2 hypot copysign nextafter remainder ldexp jn yn (kdsl/ir/mathops.py)
+    **{k: mathops.ignore_type(f) for k, f in mathops.BINARY.items()},
 }
 
 _COMPARE: dict[str, Callable] = {
@@ -271,6 +273,7 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": lambda x: _one(x) / (_one(x) + np.exp(np.negative(x))),
     "floor": np.floor,
     "ceil": np.ceil,
+    **mathops.UNARY,  # trunc rint round tan ... clz popc (kdsl/ir/mathops.py)
 }
 
 
@@ -419,10 +422,8 @@ def _h_identity(op, ins, m):
 
 def _h_fma(op, ins, m):
     a, b, c = (np.asarray(v) for v in ins)
-    if a.dtype == np.float32:
-        # The float32 product is exact in float64: one rounding of the sum (up to a rare double
-        # rounding when the float64 sum is itself inexact).
-        return [(a.astype(np.float64) * b + c).astype(np.float32)]
+    if a.dtype.kind == "f":
+        return [mathops.fma(a, b, c)]  # one rounding, exactly (kdsl/ir/mathops.py)
     return [a * b + c]
 
 

@@ -43,11 +43,14 @@ least that strong.  `Print(fmt, args)` prints one line, `fmt.format(*args)`: `fm
 format string whose fields are `{:d}` `{:Nd}` (integers), `{:f}` (floats) and `{:0Nx}` (an
 unsigned integer, hex) in order (kdsl/ir/debug_print.py builds them).
 
-Unary ops:  neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil isnan
+Unary ops:  neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil isnan,
+            and those of kdsl/ir/mathops.py (trunc rint round tan ... lgamma tgamma j0 j1 y0 y1
+            on floats, clz popc on integers), with the Tile IR's meaning
 Binary ops: add sub mul div (float: IEEE; int: C truncation, x/0 == 0) mod (int: C remainder,
             x%0 == 0; float: fmod) pow and or xor shl shr (arithmetic for signed)
             maximum minimum (float: NaN-propagating) eq ne lt le gt ge (-> int1, float ordered
-            except ne) land lor (int1)
+            except ne) land lor (int1); float atan2 hypot copysign nextafter remainder;
+            ldexp jn yn take (float a, int32 b) and give a's type
 Special kinds: "tid" (thread index in the program, 0 on the CPU), "pid" and "nprog" with axis.
 
 `Intrinsic` is a named operation with scalar arguments that assigns its result variables: how
@@ -70,9 +73,13 @@ Type = DType | PointerType
 
 UNARY = frozenset(
     "neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil isnan".split()
+    + ["trunc", "rint", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+       "atanh", "log1p", "expm1", "cbrt", "exp10", "log10", "erfc", "lgamma", "tgamma", "j0",
+       "j1", "y0", "y1", "clz", "popc"]
 )
 BINARY = frozenset(
     "add sub mul div mod pow and or xor shl shr maximum minimum land lor".split()
+    + ["atan2", "hypot", "copysign", "nextafter", "remainder", "ldexp", "jn", "yn"]
 )
 COMPARE = frozenset("eq ne lt le gt ge".split())
 

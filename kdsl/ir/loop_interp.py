@@ -29,7 +29,7 @@ import numpy as np
 
 from . import atomics
 from . import loop as L
-from . import rawmem
+from . import mathops, rawmem
 from .types import DType, PointerType, bfloat16, float16, uint8
 
 RAW = -1  # argument index of a pointer made from an integer: its offset is an address
@@ -111,6 +111,7 @@ _BINARY: dict[str, Callable] = {
     "ge": lambda a, b, t: a >= b,
     "land": lambda a, b, t: bool(a) and bool(b),
     "lor": lambda a, b, t: bool(a) or bool(b),
+    **{k: mathops.scalar(mathops.ignore_type(f)) for k, f in mathops.BINARY.items()},
 }
 
 _UNARY: dict[str, Callable] = {
@@ -121,6 +122,7 @@ _UNARY: dict[str, Callable] = {
     "tanh": np.tanh, "erf": lambda x: math.erf(x),
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "floor": np.floor, "ceil": np.ceil,
     "isnan": np.isnan,
+    **{k: mathops.scalar(f) for k, f in mathops.UNARY.items()},
 }
 
 
@@ -374,11 +376,10 @@ def _ev_unary(p, e, th):
 
 def _ev_fma(p, e, th):
     a, b, c = (p.ev(x, th) for x in (e.a, e.b, e.c))
-    if e.dtype.is_float and e.dtype.bits <= 32:
-        return _typed(np.float64(a) * np.float64(b) + np.float64(c), e.dtype)
-    fma = getattr(math, "fma", None)
     with np.errstate(all="ignore"):
-        return _typed(fma(a, b, c) if fma else a * b + c, e.dtype)
+        if e.dtype.is_float:
+            return _typed(mathops.fma(a, b, c)[()], e.dtype)
+        return _typed(a * b + c, e.dtype)
 
 
 def _ev_round(p, e, th):

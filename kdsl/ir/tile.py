@@ -21,9 +21,15 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
   <binary>         (a, b)                   -> same shape; a and b have equal types except shl/shr
                    add sub mul div(true float division) floordiv (int: C truncation; float: floor)
                    mod (int: C remainder; float: fmod) pow and or xor shl shr maximum minimum
+                   atan2 hypot copysign nextafter remainder (IEEE, float only)
                    eq ne lt le gt ge (-> int1)
   <unary>          (x)                      -> same type: neg not (bitwise, or logical on int1)
                    exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil
+                   trunc rint round (half away from zero) tan asin acos atan sinh cosh asinh
+                   acosh atanh log1p expm1 cbrt exp10 log10 erfc lgamma tgamma j0 j1 y0 y1
+                   (floats); clz popc (integers: leading zero bits, set bits)
+  <float-int>      (x: float, n: int32)     -> x's type: ldexp (x * 2**n), jn yn (Bessel
+                                               functions of order n at x)
   fma              (a, b, c)                -> a * b + c, single rounding
   where            (cond: int1, a, b)       -> a where cond else b
   cast             (x)                      -> result elem; float->int truncates toward zero,
@@ -102,12 +108,20 @@ UNKNOWN_LOC = Loc()
 
 BINARY_OPS = frozenset(
     "add sub mul div floordiv mod pow and or xor shl shr maximum minimum".split()
+    + ["atan2", "hypot", "copysign", "nextafter", "remainder", "ldexp", "jn", "yn"]
 )
+# Binary ops defined on floats only (kdsl/ir/mathops.py), and those taking (float, int32).
+FLOAT_BINARY = frozenset({"atan2", "hypot", "copysign", "nextafter", "remainder"})
+FLOAT_INT_BINARY = frozenset({"ldexp", "jn", "yn"})
 COMPARE_OPS = frozenset("eq ne lt le gt ge".split())
 UNARY_OPS = frozenset(
     "neg not exp exp2 log log2 sqrt rsqrt abs sin cos tanh erf sigmoid floor ceil".split()
+    + ["trunc", "rint", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+       "atanh", "log1p", "expm1", "cbrt", "exp10", "log10", "erfc", "lgamma", "tgamma", "j0",
+       "j1", "y0", "y1", "clz", "popc"]
 )
-FLOAT_ONLY_UNARY = UNARY_OPS - {"neg", "not", "abs"}
+INT_ONLY_UNARY = frozenset({"clz", "popc"})
+FLOAT_ONLY_UNARY = UNARY_OPS - {"neg", "not", "abs"} - INT_ONLY_UNARY
 REDUCE_OPS = frozenset("sum max min argmax argmin".split())
 SCAN_OPS = frozenset({"sum", "prod"})
 # Ops whose region (a combine function) sees only its own arguments: isolated from above.
@@ -345,8 +359,14 @@ def _check(cond: bool, op: Op, msg: str) -> None:
 def _verify_op(op: Op) -> None:
     k, ins, outs = op.kind, op.operands, op.results
     t = outs[0].type if outs else None
-    if k in BINARY_OPS:
+    if k in FLOAT_INT_BINARY:
         _check(len(ins) == 2 and ins[0].shape == ins[1].shape == t.shape, op, "shapes differ")
+        _check(ins[0].type == t and t.elem.is_float and ins[1].elem == int32, op,
+               "needs (float, int32) operands")
+    elif k in BINARY_OPS:
+        _check(len(ins) == 2 and ins[0].shape == ins[1].shape == t.shape, op, "shapes differ")
+        if k in FLOAT_BINARY:
+            _check(isinstance(t.elem, DType) and t.elem.is_float, op, "needs a float")
         if k not in ("shl", "shr"):
             _check(ins[0].type == ins[1].type == t, op, f"types differ: {ins[0].type} {ins[1].type}")
     elif k in COMPARE_OPS:
@@ -356,6 +376,8 @@ def _verify_op(op: Op) -> None:
         _check(ins[0].type == t, op, "unary keeps the type")
         if k in FLOAT_ONLY_UNARY:
             _check(isinstance(t.elem, DType) and t.elem.is_float, op, "needs a float")
+        elif k in INT_ONLY_UNARY:
+            _check(isinstance(t.elem, DType) and t.elem.is_int, op, "needs an integer")
     elif k == "fma":
         _check(all(i.type == t for i in ins) and t.elem.is_float, op, "fma types")
     elif k == "where":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .block_ptr import tensor_descriptor
+from . import extra, math
 from .core import (
     abs,
     advance,
@@ -131,6 +132,7 @@ from .random import (
     uint_to_uniform_float,
 )
 from .standard import bitonic_merge, sort, swizzle2d, topk
+from .math import div_rn, fdiv, sqrt_rn, umulhi
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # indexing
@@ -145,6 +147,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # math
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
     "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
+    "umulhi", "sqrt_rn", "div_rn", "fdiv", "math", "extra",
     # reductions
     "sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "reduce_or", "softmax",
     # scans

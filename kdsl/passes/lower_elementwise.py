@@ -203,6 +203,14 @@ def _identity(op, xs, e):
 _BINARY_NAMES = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "mod": "mod", "pow": "pow",
     "and": "and", "or": "or", "xor": "xor", "maximum": "maximum", "minimum": "minimum",
+    **{k: k for k in ("atan2", "hypot", "copysign", "nextafter", "remainder", "ldexp", "jn",
+                      "yn")},
+}
+
+# Ops only some targets compute: op kind -> (target capability, the backends that have it).
+# The lowering raises a CompilationError at the op's line on a target without it.
+NEEDS_CAP: dict[str, tuple[str, str]] = {
+    k: ("bessel", "interp, llvm and cuda") for k in ("j0", "j1", "y0", "y1", "jn", "yn")
 }
 
 ELEMENTWISE: dict[str, Builder] = {

@@ -87,7 +87,7 @@ from .lower_analysis import (
 from .lower_control import lower_for, lower_if, lower_while
 from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
 from .lower_dot import dot_strategy
-from .lower_elementwise import ELEMENTWISE, const, register_type
+from .lower_elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
 from .lower_gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .lower_reduce import lower_reduce
 from .lower_scan import lower_scan
@@ -602,6 +602,9 @@ class Lowerer:
             if k == "hint":
                 self.hints[op.operands[0].name or str(op.operands[0].id)] = dict(op.attrs)
             return
+        if k in NEEDS_CAP and not self.target.has(NEEDS_CAP[k][0]):
+            raise CompilationError(f"{k} is not available on the {self.target.backend} backend "
+                                   f"(it is on {NEEDS_CAP[k][1]})", op.loc, self.fn.name)
         if k in _SPECIAL:
             _SPECIAL[k](self, op)
         elif self._is_scalar(op):

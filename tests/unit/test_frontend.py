@@ -311,7 +311,8 @@ def test_casts():
     assert div.result.type == S(float32)  # int / int is float32
 
 
-@pytest.mark.parametrize("name", sorted(UNARY_OPS - {"neg", "not"}))
+# the unary ops that are kd.* builtins (the others are reached through kd.extra.libdevice)
+@pytest.mark.parametrize("name", sorted(n for n in UNARY_OPS - {"neg", "not"} if hasattr(kd, n)))
 def test_every_math_op(name):
     fn = getattr(kd, name)
 

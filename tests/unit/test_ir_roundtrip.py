@@ -226,15 +226,21 @@ def every_op_kernel() -> tuple[tile.Function, int, int]:
     xm = kb.op("load", kb.ptrs(x, offs), mask, kb.const(float("-inf"), T.float32, (B,)))
     out(xm)
     yv = kb.op("add", xv, kb.const(0.5, T.float32, (B,)))
-    for k in sorted(tile.BINARY_OPS - {"and", "or", "xor", "shl", "shr"}):
+    for k in sorted(tile.BINARY_OPS - {"and", "or", "xor", "shl", "shr"}
+                    - tile.FLOAT_INT_BINARY):
         out(kb.op(k, xv, yv))
-        out(kb.op(k, iv, kb.op("add", iv, kb.const(3, T.int32, (B,)))))
+        if k not in tile.FLOAT_BINARY:
+            out(kb.op(k, iv, kb.op("add", iv, kb.const(3, T.int32, (B,)))))
+    for k in sorted(tile.FLOAT_INT_BINARY):
+        out(kb.op(k, xv, kb.op("and", iv, kb.const(7, T.int32, (B,))), type=xv.type))
     for k in ("and", "or", "xor", "shl", "shr"):
         out(kb.op(k, iv, kb.const(3, T.int32, (B,))))
     for k in sorted(tile.COMPARE_OPS):
         out(kb.op(k, xv, kb.const(0.0, T.float32, (B,))))
-    for k in sorted(tile.UNARY_OPS - {"not"}):
+    for k in sorted(tile.UNARY_OPS - {"not"} - tile.INT_ONLY_UNARY):
         out(kb.op(k, xv))
+    for k in sorted(tile.INT_ONLY_UNARY):
+        out(kb.op(k, iv))
     out(kb.op("not", iv))
     out(kb.op("neg", iv))
     out(kb.op("fma", xv, yv, xm))
