@@ -22,6 +22,10 @@ from .conftest import KERNELS
 os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is decorated
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
+if tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 4):
+    # Triton 3.6's interpreter converts 1-element arrays with int(), an error since NumPy 2.4
+    pytest.skip("Triton 3.6's interpreter needs NumPy < 2.4 (the `triton-ref` extra pins it)",
+                allow_module_level=True)
 
 RNG = np.random.default_rng(11)
 _triton_modules: dict[str, Any] = {}
@@ -74,23 +78,9 @@ def _random_bits():
     return [np.zeros(4 * 300, np.int32), 987654321, 300], {"BLOCK": 128}
 
 
-def _rms():
-    x, w = _f32(5, 200), _f32(200)
-    return ([np.empty_like(x), 200, x, 200, w, np.empty(5, np.float32), 200, 1e-6, 0.0],
-            {"BLOCK_SIZE": 256})
-
-
 def _swiglu():
     a, b = _f32(4, 100), _f32(4, 100)
     return [a, b, np.empty_like(a), 100], {"n_cols": 100, "BLOCK_SIZE": 128}
-
-
-def _geglu(approx):
-    def make():
-        a, b = _f32(4, 100), _f32(4, 100)
-        return [a, b, np.empty_like(a), 100], {"n_cols": 100, "BLOCK_SIZE": 128,
-                                               "APPROXIMATE": approx}
-    return make
 
 
 def _cumsum():
@@ -112,11 +102,6 @@ def _welford():
     x = _f32(10, 150, scale=2) + 5
     return [x, np.empty(10, np.float32), np.empty(10, np.float32), 10, 150], \
         {"BLOCK_R": 4, "BLOCK_C": 32}
-
-
-def _quant_int8():
-    x = _f32(5, 90)
-    return [x, np.zeros((5, 90), np.int8), np.zeros(5, np.float32), 90, 90, 90], {"BLOCK": 128}
 
 
 def _persistent_matmul():
@@ -150,20 +135,18 @@ def _umulhi():
     return [a, b, np.zeros(64, np.int32)], {"BLOCK": 64}
 
 
+# Not here: the kernels calling libdevice (rms_norm, geglu, the int8 quantiser), since Triton's
+# interpreter has no libdevice (its functions return None there).
 CASES = {
     "softmax": Case("softmax", "softmax_rows", (4,), _softmax, (0,), k=100),
     "layer_norm": Case("layernorm", "ln_forward", (6,), _layernorm, (1, 4, 5), k=300),
     "dropout": Case("dropout", "seeded_dropout", (4,), _dropout, (1,), exact=True),
     "randint4x": Case("dropout", "random_bits", (3,), _random_bits, (0,), exact=True),
-    "rms_norm": Case("llm", "rms_norm_fwd", (5,), _rms, (0, 5), k=200),
     "swiglu": Case("llm", "swiglu_fwd", (4,), _swiglu, (2,), k=4),
-    "geglu_erf": Case("llm", "geglu_fwd", (4,), _geglu(False), (2,), k=8),
-    "geglu_tanh": Case("llm", "geglu_fwd", (4,), _geglu(True), (2,), k=8),
     "cumsum": Case("scans", "row_cumsum", (3,), _cumsum, (1,), exact=True),
     "linear_scan": Case("scans", "linear_scan", (1,), _linear_scan, (2,), k=100),
     "argmax": Case("scans", "row_argmax", (6,), _argmax, (1, 2), exact=True),
     "welford": Case("scans", "welford_var_mean", (3,), _welford, (1, 2), k=150),
-    "quant_int8": Case("moe_quant", "per_token_quant_int8", (5,), _quant_int8, (1, 2), k=90),
     "persistent_matmul": Case("matmul", "persistent_matmul", (3,), _persistent_matmul, (2,),
                               k=70),
     "attention_block_ptr": Case("attention", "attn_ragged", (3,), _attn_ragged, (3,), k=45),
