@@ -416,7 +416,10 @@ class _Gen:
             # exact sum.
             err = n * a.err + (2 * n * _EPS[t] * mag if _is_float(t) else 0.0)
         else:
-            t, mag, err = a.dtype, a.mag, a.err
+            # max/min widen types narrower than 32 bits first (Triton's rule)
+            t = {"float16": "float32", "bfloat16": "float32", "int1": "int32"}.get(a.dtype,
+                                                                                    a.dtype)
+            mag, err = a.mag, a.err
         if t == "bfloat16" and not shape and "bf16_scalar" not in self.allow:
             return False
         self.define(f"kd.{op}({a.name}, axis={axis})", shape, t, mag, err)

@@ -4,8 +4,16 @@
 from __future__ import annotations
 
 from .block_ptr import tensor_descriptor
-from . import extra, math
+from . import extra, math, target_info
 from .core import (
+    TRITON_MAX_TENSOR_NUMEL,
+    PropagateNan,
+    add,
+    condition,
+    mul,
+    pi32_t,
+    slice,
+    sub,
     abs,
     advance,
     arange,
@@ -175,4 +183,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "debug_barrier", "static_print", "device_print", "device_assert",
     # not supported (a CompilationError naming the line)
     "inline_asm_elementwise",
+    # Triton's functional arithmetic, constants and helpers
+    "add", "sub", "mul", "PropagateNan", "TRITON_MAX_TENSOR_NUMEL", "condition", "pi32_t",
+    "slice", "math", "extra", "target_info",
 ]

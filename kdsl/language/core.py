@@ -9,6 +9,7 @@ the dtypes, `constexpr` and `static_range`, which are meaningful outside a kerne
 from __future__ import annotations
 
 import builtins as _py
+import enum
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,10 @@ from ..ir.types import (  # noqa: F401  (re-exported dtypes)
 from . import block_ptr, scan_reduce, semantic, semantic_shape, type_objects
 
 pointer_type = type_objects.pointer_type
+pi32_t = PointerType(int32)  # Triton's `tl.pi32_t`
+#: the most elements a tile may have (Triton's name; kdsl's limit)
+TRITON_MAX_TENSOR_NUMEL = semantic.MAX_TILE_NUMEL
+slice = _py.slice  # Triton's `tl.slice` of subscripts: Python's slice inside kernels
 
 
 class constexpr:
@@ -343,22 +348,82 @@ floor = _unary("floor", "round toward -inf")
 ceil = _unary("ceil", "round toward +inf")
 
 
+class PropagateNan(enum.Enum):
+    """Triton's `tl.PropagateNan`: what `maximum`/`minimum`/`clamp` give for a NaN operand.
+    `ALL`: NaN (kdsl's default, as NumPy and Triton's interpreter); `NONE`: the other operand
+    (IEEE maxNum, Triton's default on GPUs). Only an explicit `NONE` selects it in kdsl."""
+
+    NONE = 0x0000
+    ALL = 0xFFFF
+
+
+def _extreme(b, op: str, x, y, propagate_nan):
+    if propagate_nan is None or propagate_nan == PropagateNan.ALL:
+        return semantic.binary(b, op, x, y)
+    if propagate_nan != PropagateNan.NONE:
+        raise semantic.error(f"propagate_nan must be kd.PropagateNan.NONE or ALL, got "
+                             f"{propagate_nan!r}")
+    return semantic.extreme_ignoring_nan(b, op, x, y)
+
+
 @builtin
 def maximum(x, y, propagate_nan=None, _builder=None):
-    """Elementwise maximum, after promotion and broadcasting."""
-    return semantic.binary(_builder, "maximum", x, y)
+    """Elementwise maximum, after promotion and broadcasting (NaN propagates unless
+    `propagate_nan=kd.PropagateNan.NONE`)."""
+    return _extreme(_builder, "maximum", x, y, propagate_nan)
 
 
 @builtin
 def minimum(x, y, propagate_nan=None, _builder=None):
-    """Elementwise minimum, after promotion and broadcasting."""
-    return semantic.binary(_builder, "minimum", x, y)
+    """Elementwise minimum, after promotion and broadcasting (see `maximum` for NaN)."""
+    return _extreme(_builder, "minimum", x, y, propagate_nan)
 
 
 @builtin
 def clamp(x, min, max, propagate_nan=None, _builder=None):
     """minimum(maximum(x, min), max)."""
-    return semantic.binary(_builder, "minimum", semantic.binary(_builder, "maximum", x, min), max)
+    return _extreme(_builder, "minimum", _extreme(_builder, "maximum", x, min, propagate_nan),
+                    max, propagate_nan)
+
+
+def _arith(name: str, op: str) -> Callable:
+    def fn(x, y, sanitize_overflow=True, _builder=None):
+        return semantic.binary(_builder, op, x, y)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"`x {'+-*'['add sub mul'.split().index(name)]} y` (Triton's functional "
+                  "form; `sanitize_overflow` is accepted: integers wrap)")
+    return builtin(fn)
+
+
+add = _arith("add", "add")
+sub = _arith("sub", "sub")
+mul = _arith("mul", "mul")
+
+
+@builtin
+def logical_and(x, y, _builder=None):
+    """Element-wise `and` of the truth values of x and y (int1)."""
+    return semantic.logical(_builder, "and", x, y)
+
+
+@builtin
+def logical_or(x, y, _builder=None):
+    """Element-wise `or` of the truth values of x and y (int1)."""
+    return semantic.logical(_builder, "or", x, y)
+
+
+@builtin
+def item(x, _builder=None):
+    """The one element of a one-element tile, as a scalar (`x.item()`)."""
+    return semantic.item(_builder, x)
+
+
+@builtin
+def condition(arg1, disable_licm=False, _builder=None):
+    """`while kd.condition(c, disable_licm=...)`: the loop condition `c` (the compiler hint is
+    accepted; kdsl does not hoist code out of loops)."""
+    return arg1
 
 
 @builtin
@@ -680,7 +745,8 @@ DTYPE_NAMES = _py.tuple(d.name for d in ALL_DTYPES)
 
 # Triton's other tensor methods that are kd builtins (`x.cast(...)`, `x.store(...)`, ...).
 TILE_METHODS.update({"cast": cast, "store": store, "advance": advance, "atomic_add": atomic_add,
-                     "cdiv": cdiv, "max_constancy": max_constancy})
+                     "cdiv": cdiv, "max_constancy": max_constancy, "item": item,
+                     "logical_and": logical_and, "logical_or": logical_or})
 # Triton's tensor methods resolved by name when kdsl has the builtin (`x.cumsum()`, ...).
 TRITON_TENSOR_METHODS = frozenset((
     "broadcast_to", "trans", "permute", "split", "view", "item", "reshape", "expand_dims",

@@ -395,6 +395,25 @@ def logical(b, op: str, x: Operand, y: Operand) -> Value:
     return b.op(op, [xv, yv], xv.type)
 
 
+def extreme_ignoring_nan(b, op: str, x: Operand, y: Operand) -> Value:
+    """`maximum`/`minimum` with `PropagateNan.NONE` (IEEE maxNum/minNum): a NaN operand gives
+    the other one (NaN only when both are). Integers have no NaN: the plain op."""
+    r = binary(b, op, x, y)
+    if not r.type.elem.is_float:
+        return r
+    xv, yv = (coerce(b, v, r.type.elem, r.shape) for v in (x, y))
+    x_nan, y_nan = compare(b, "ne", xv, xv), compare(b, "ne", yv, yv)
+    return where(b, x_nan, yv, where(b, y_nan, xv, r))
+
+
+def item(b, x: Operand) -> Value:
+    """The scalar of a one-element tile (`x.item()`)."""
+    x = to_value(b, x)
+    if x.type.numel != 1:
+        raise error(f"item() needs a tile of one element, got shape {list(x.shape)}")
+    return x if x.type.is_scalar else b.op("reshape", [x], TileType((), x.type.elem))
+
+
 def logical_not(b, x: Operand) -> Value:
     """`not x` on a runtime scalar or tile: int1, element by element."""
     x = to_int1(b, x)

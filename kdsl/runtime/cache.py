@@ -248,7 +248,10 @@ def cached_compile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, 
     # The frontend and tile passes always run (milliseconds): the optimised tile IR, which
     # has every global, closure value and inlined helper resolved, is part of the key, so two
     # kernels with the same source text but different captured values never share an entry.
-    fn, ir = build_tile(jitfn, arg_types, constexprs, num_warps, check)
+    from kdsl.language import target_info
+
+    with target_info.compiling(backend):  # `kd.target_info.is_cuda()` and friends
+        fn, ir = build_tile(jitfn, arg_types, constexprs, num_warps, check)
 
     def compile_() -> CompiledKernel:
         return finish_kernel(fn, ir, backend, num_warps, build=build)

@@ -42,7 +42,7 @@ def row_argmax(x_ptr, val_ptr, idx_ptr, n_cols, stride, BLOCK: tl.constexpr):
     v, i = tl.max(x, axis=0, return_indices=True)
     tl.store(val_ptr + row, v)
     tl.store(idx_ptr + row, i)
-    j = tl.argmin(x, axis=0)
+    j = tl.argmin(tl.where(cols < n_cols, x, float("inf")), axis=0)
     tl.store(idx_ptr + tl.num_programs(0) + row, j)
 
 
