@@ -362,6 +362,31 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default=None, metavar="OUT.png")
 
 
+# ------------------------------------------------------------------------------ port
+
+
+def cmd_port(args: argparse.Namespace) -> int:
+    from .porting import port_source
+
+    try:
+        text = open(args.file).read()
+    except OSError as e:
+        print(f"kdsl port: {e}", file=sys.stderr)
+        return 2
+    out = port_source(text)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(out)
+    else:
+        sys.stdout.write(out)
+    return 0
+
+
+def _add_port(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a Python file of Triton kernels")
+    p.add_argument("-o", "--output", default=None, help="write here instead of stdout")
+
+
 # ------------------------------------------------------------------------------ main
 
 #: name -> (help, add arguments, run)
@@ -373,6 +398,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                 _add_compare, cmd_compare),
     "bench": ("time a kernel: ms, GB/s or GFLOP/s, fraction of the roofline", _add_bench,
               cmd_bench),
+    "port": ("print a Triton source file renamed to kdsl (tl. -> kd., docs/porting.md)",
+             _add_port, cmd_port),
 }
 
 

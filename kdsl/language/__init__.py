@@ -11,6 +11,7 @@ from .core import (
     add,
     condition,
     mul,
+    next_power_of_2,
     pi32_t,
     slice,
     sub,
@@ -186,4 +187,6 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # Triton's functional arithmetic, constants and helpers
     "add", "sub", "mul", "PropagateNan", "TRITON_MAX_TENSOR_NUMEL", "condition", "pi32_t",
     "slice", "math", "extra", "target_info",
+    # host helpers Triton has at top level (`triton.next_power_of_2`)
+    "next_power_of_2",
 ]

@@ -172,6 +172,14 @@ def cdiv(a, b, _builder=None):
 cdiv.__kdsl_builtin__ = True
 
 
+@type_objects.compile_time
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (Triton's `triton.next_power_of_2`): on the host, and in
+    kernels on compile-time ints."""
+    n = int(n)
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
 # ------------------------------------------------------------------------------ creation
 
 
