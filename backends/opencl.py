@@ -94,19 +94,59 @@ def build_options(kernel: loop.Kernel) -> list[str]:
     return [FAST_MATH] if kernel.attrs.get("fast_math") else list(OPTIONS)
 
 
+#: Set in a child process forked after this process created its OpenCL runtime: OpenCL
+#: state does not survive fork() (PoCL's worker threads are gone and the child's first launch
+#: would wait for them forever), so the child refuses OpenCL with a clear error instead.
+_FORKED_AFTER_INIT = False
+_FORK_HOOK = []
+FORK_MESSAGE = ("OpenCL was initialised in the parent process before fork(); an OpenCL device "
+                "cannot be used in a forked child (it would hang). Use multiprocessing's "
+                "'spawn' or 'forkserver' start method (multiprocessing.get_context('spawn')), "
+                "or touch OpenCL only in the children")
+
+
+def _mark_forked() -> None:
+    global _FORKED_AFTER_INIT
+    _FORKED_AFTER_INIT = True
+
+
+def zero_copy_everything() -> bool:
+    """KDSL_OPENCL_ZERO_COPY=1: hand every host array to a CPU device in place, written ones
+    included (faster; safe only on a device that honours masks, docs/backends.md)."""
+    return os.environ.get("KDSL_OPENCL_ZERO_COPY", "").strip() not in ("", "0")
+
+
 class _Runtime:
     """The process's OpenCL device, context and queue (created on first use)."""
 
     def __init__(self) -> None:
         import pyopencl as cl
 
+        if not _FORK_HOOK and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_mark_forked)
+            _FORK_HOOK.append(True)
         self.cl = cl
+        self.built = False  # (the first build re-enables faulthandler, see `build`)
         self.device = _choose_device(cl)
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx, self.device)
         # A CPU device shares host memory: NumPy arrays are used in place (USE_HOST_PTR)
         # instead of being copied into fresh buffers and back.
         self.zero_copy = bool(self.device.type & cl.device_type.CPU)
+
+
+def _restore_faulthandler(rt: _Runtime) -> None:
+    """Re-install Python's fault handler after the first OpenCL build: a driver may install its
+    own signal handlers while it compiles (seen with PoCL), and a later crash would then print no
+    Python traceback."""
+    if rt.built:
+        return
+    rt.built = True
+    import faulthandler
+
+    if faulthandler.is_enabled():
+        faulthandler.disable()
+        faulthandler.enable()
 
 
 def _choose_device(cl: Any) -> Any:
@@ -152,6 +192,8 @@ class OpenCLBackend(Backend):
     # -- device
 
     def runtime(self) -> _Runtime:
+        if _FORKED_AFTER_INIT:
+            raise RuntimeError(f"OpenCL unavailable: {FORK_MESSAGE}")
         if self._rt is None:
             if self._rt_error is not None:
                 raise RuntimeError(f"OpenCL unavailable: {self._rt_error}")
@@ -170,6 +212,11 @@ class OpenCLBackend(Backend):
 
     def is_available(self) -> bool:
         return self._device() is not None
+
+    def unavailable_reason(self) -> str:
+        if _FORKED_AFTER_INIT:
+            return FORK_MESSAGE
+        return str(self._rt_error) if self._rt_error is not None else ""
 
     def device_kind(self) -> str:
         import pyopencl as cl
@@ -221,6 +268,7 @@ class OpenCLBackend(Backend):
             program.build(options=build_options(kernel))
         except rt.cl.RuntimeError as exc:
             raise RuntimeError(f"OpenCL build of {kernel.name} failed:\n{exc}") from exc
+        _restore_faulthandler(rt)
         return _Program(program, kernel_name(kernel.name))
 
     def serialize(self, handle: _Program) -> bytes | None:
@@ -253,13 +301,18 @@ class OpenCLBackend(Backend):
             raise ValueError(f"{kernel.threads} work-items per program exceed the device's "
                              f"limit of {limit}: use fewer warps")
         values, copies = [], []
+        stored = stored_params(kernel)
+        # In place only what the kernel does not write (unless KDSL_OPENCL_ZERO_COPY=1, or the
+        # kernel takes host addresses): a device that ignores a mask then cannot write past a
+        # written array into the Python heap (PoCL did, docs/backends.md).
+        in_place_all = zero_copy_everything() or kernel.attrs.get("raw_pointers") is not None
         for i, (param, arg) in enumerate(zip(kernel.params, args)):
             if arg.kind == "array":
                 if arg.origin:  # a view with negative strides: its pointer is inside its span
                     buf, whole, at = self._offset_buffer(arg)
                     copies.append((i, arg, whole, at))
                 else:
-                    buf = self._buffer(arg)
+                    buf = self._buffer(arg, in_place_all or i not in stored)
                     if arg.host is not None:
                         copies.append((i, arg, buf, None))
                 values.append(buf)
@@ -270,13 +323,12 @@ class OpenCLBackend(Backend):
         t = kernel.threads
         cl.enqueue_nd_range_kernel(rt.queue, handle.kernel, (grid[0] * t, grid[1], grid[2]),
                                    (t, 1, 1))
-        stored = stored_params(kernel)
         for i, arg, buf, at in copies:
             if at is not None:
                 if i in stored:
                     cl.enqueue_copy(rt.queue, arg.host, buf, src_offset=at, is_blocking=True)
             elif i in stored and arg.nbytes:
-                if rt.zero_copy and arg.host.flags.writeable:
+                if rt.zero_copy and arg.host.flags.writeable and in_place_all:
                     # mapping a USE_HOST_PTR buffer makes the host array current (no copy
                     # when the device wrote it in place); unmapping releases the mapping
                     mapped, _ = cl.enqueue_map_buffer(rt.queue, buf, cl.map_flags.READ, 0,
@@ -305,7 +357,7 @@ class OpenCLBackend(Backend):
         sub = whole.get_sub_region(start, pad + arg.nbytes - start)
         return sub, whole, pad
 
-    def _buffer(self, arg: BoundArg) -> Any:
+    def _buffer(self, arg: BoundArg, in_place: bool = True) -> Any:
         rt = self.runtime()
         cl = rt.cl
         if arg.host is None:
@@ -319,7 +371,7 @@ class OpenCLBackend(Backend):
         mf = cl.mem_flags
         if not arg.nbytes:  # zero-size arrays still need a valid buffer
             return cl.Buffer(rt.ctx, mf.READ_WRITE, 1)
-        if rt.zero_copy and arg.host.flags.writeable:
+        if rt.zero_copy and in_place and arg.host.flags.writeable:
             return cl.Buffer(rt.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=arg.host)
         return cl.Buffer(rt.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=arg.host)
 

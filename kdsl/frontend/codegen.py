@@ -26,6 +26,7 @@ from ..ir.tile import Block, Value
 from ..ir.types import DType, PointerType
 from ..language import core, semantic, type_objects
 from ..language.type_objects import Aggregate
+from . import globals_used
 from .builder import Builder
 from .control import ControlFlow
 from .source import Source, get_source
@@ -133,9 +134,13 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
             self.runtime_depth -= 1
 
     def lookup(self, name: str) -> Any:
-        for table in (self.scope, self.closure, self.globals):
+        for table in (self.scope, self.closure):
             if name in table:
                 return normalize(table[name])
+        if name in self.globals:
+            value = self.globals[name]
+            globals_used.note(name, self.globals, value)  # the launch checks it stays the same
+            return normalize(value)
         if hasattr(builtins, name):  # only those in _PY_BUILTINS can be called
             return getattr(builtins, name)
         hint = " (it is defined only inside a loop or one branch of an if)" \

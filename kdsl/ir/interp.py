@@ -431,7 +431,12 @@ def _h_where(op, ins, m):
     c, a, b = ins
     if isinstance(a, Ptr):
         if a.buf != b.buf:
-            raise NotImplementedError("where between pointers into different buffers")
+            cs = np.asarray(c)
+            if cs.size and (cs.all() or not cs.any()):  # one array for every element
+                return [a if cs.all() else b]
+            raise NotImplementedError(f"where at {op.loc} selects, element by element, between "
+                                      "pointers into different arrays (the interp backend "
+                                      "cannot represent that pointer tile)")
         return [Ptr(a.buf, np.where(c, a.off, b.off))]
     return [np.where(c, a, b)]
 
@@ -475,7 +480,12 @@ def _h_ptr_offset(op, ins, m):
     # Both pointers index one argument buffer (checked mode derives `base` from the parameter
     # `ptr` came from), so the element offset is the difference of the offsets.
     p, base = ins
+    if p.buf != base.buf:  # another array (checked mode tries each one a pointer may be in)
+        return [np.full(np.shape(p.off), _FAR, dtype=np.int64)]
     return [np.asarray((p.off - base.off) // _pointee_size(op.operands[0]), dtype=np.int64)]
+
+
+_FAR = np.iinfo(np.int64).max // 2  # an element offset outside every array
 
 
 def _run_region(block: tile.Block, args: list) -> list:

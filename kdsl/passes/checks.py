@@ -164,24 +164,32 @@ class _Checker:
         block.ops = out
 
     def access(self, op: tile.Op, out: list[tile.Op]) -> None:
+        """Bound an access by the array its pointer came from.  Where control flow chose among
+        several arrays (a runtime `if`, a loop carry), the check looks the pointer up at run
+        time: the access is in bounds when it lies inside one of the arrays it may come from
+        (as a memory sanitizer maps an address to its allocation)."""
         ptr = op.operands[0]
         roots = self.roots.get(ptr.id, frozenset())
         if not roots:
             self.null_check(op, out)
             return
-        if len(roots) != 1:
-            return
-        (i,) = roots
-        base = self.params[i].value
-        if base.elem != ptr.elem:  # a pointer bitcast to another pointee: offsets differ
+        # a pointer bitcast to another pointee counts other elements: not bounded by offsets
+        cands = [i for i in sorted(roots) if self.params[i].value.elem == ptr.elem]
+        if not cands:
             return
         b = _Emit(out, op.loc)
         shape = ptr.shape
-        off = b.op("ptr_offset", [ptr, b.splat(base, shape)], TileType(shape, int64))
-        ok = b.binary("and", b.binary("ge", off, b.splat(self.lower_of[i], shape)),
-                      b.binary("lt", off, b.splat(self.extent_of[i], shape)))
+        ok = first = None
+        for i in cands:
+            base = self.params[i].value
+            off = b.op("ptr_offset", [ptr, b.splat(base, shape)], TileType(shape, int64))
+            inside = b.binary("and", b.binary("ge", off, b.splat(self.lower_of[i], shape)),
+                              b.binary("lt", off, b.splat(self.extent_of[i], shape)))
+            ok = inside if ok is None else b.binary("or", ok, inside)
+            first = off if first is None else first
         kind = f"atomic_{op.attrs['op']}" if op.kind == "atomic_rmw" else op.kind
-        self.guard(op, b, ok, off, self.site(op, kind, self.params[i].name))
+        arg = " or ".join(self.params[i].name for i in cands)
+        self.guard(op, b, ok, first, self.site(op, kind, arg))
 
     def null_check(self, op: tile.Op, out: list[tile.Op]) -> None:
         """A pointer made from an integer: report and mask off null addresses (below

@@ -86,10 +86,18 @@ def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]
     if site.kind == "assert":
         return _assertion(info, site, count, pid, value)
     if site.kind in ("load", "store") or site.kind.startswith("atomic_"):
-        span = next((bounds(a) for a in args if a.name == site.arg), None)
-        where_ok = f" outside [{span[0]}, {span[1]})" if span is not None else ""
-        msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"
-               f"argument {site.arg!r}: element offset {value}{where_ok}, in program_id {pid}")
+        names = site.arg.split(" or ")
+        if len(names) > 1:  # a pointer chosen at run time among several arrays
+            # (an offset from one of them would say nothing: the lane's array is unknown)
+            msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"
+                   f"the pointer may come from {', '.join(map(repr, names))} and lies inside "
+                   f"none of them, in program_id {pid}")
+        else:
+            span = next((bounds(a) for a in args if a.name == site.arg), None)
+            where_ok = f" outside [{span[0]}, {span[1]})" if span is not None else ""
+            msg = (f"kernel {kernel!r}: {site.kind} out of bounds at {where}{text}\n"
+                   f"argument {site.arg!r}: element offset {value}{where_ok}, in program_id "
+                   f"{pid}")
     elif site.kind == "null":
         msg = (f"kernel {kernel!r}: access through a null pointer at {where}{text}\n"
                f"address {value:#x}: a pointer made from an integer is not bounded by checked "

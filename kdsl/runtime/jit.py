@@ -164,6 +164,9 @@ class JITFunction:
         self.default_backend = backend
         self.default_fast_math = bool(fast_math)
         self._cache: dict[tuple, CompiledKernel] = {}
+        # the module globals the compilations read (kdsl/frontend/globals_used.py): a launch
+        # that would reuse a kernel compiled with an old value raises instead
+        self._globals: dict = {}
         self._identity: str | None = None
         # the fast launch path: argument classes -> (CompiledKernel, direct launcher); valid
         # while the memory cache holds `_fast_n` entries (a user clearing it clears this)
@@ -235,6 +238,8 @@ class JITFunction:
                 except TypeError:  # an unhashable constexpr: the full binder explains
                     hit = fk = None
                 if hit is not None:
+                    if self._globals:
+                        self._check_globals()
                     hit[1](normalize_grid(grid), fk[1])
                     return hit[0]
         else:
@@ -254,6 +259,9 @@ class JITFunction:
         except TypeError:
             self._unhashable(values)
             raise
+        else:
+            if self._globals:
+                self._check_globals()
         if ck._handle is None:  # compiled by compile(): check the backend can run here
             from .registry import require_backend
             require_backend(key[K_BACKEND])
@@ -343,12 +351,27 @@ class JITFunction:
         key += (debug,)
         try:
             ck = self._cache.get(key)
+            if ck is not None and self._globals:
+                self._check_globals()
         except TypeError:
             self._unhashable(values)
             raise
         return ck if ck is not None else self._miss(key, values, False)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _check_globals(self) -> None:
+        """Raise if a global the compiled kernels read has changed since (as Triton does)."""
+        from kdsl.frontend.globals_used import changed
+
+        c = changed(self._globals)
+        if c is not None:
+            name, old, new = c
+            raise RuntimeError(
+                f"kernel {self.__name__!r}: global variable {name!r} has changed since the "
+                f"kernel was compiled, from {old!r} to {new!r}. A kernel reads globals when it "
+                f"compiles; pass a value that changes as an argument (or a kd.constexpr "
+                f"parameter), or call {self.__name__}.cache.clear() to recompile")
 
     def _debug(self, kwargs: dict[str, Any]) -> bool:
         """The debug switch of a launch: the `debug=` option (taken out of `kwargs`, unless the
@@ -500,9 +523,16 @@ class JITFunction:
                 tuple((n, type(v).__qualname__, v) for n, v in constexprs.items()),
                 num_warps, check, aligned, fast, num_stages, opts) + \
             ((("debug", True),) if debug else ())
-        ck = cached_compile(_Specialised(self, aligned, fast, num_stages, opts, debug),
-                            arg_types, constexprs, be, num_warps, check, sources=self.identity(),
-                            spec=spec, version=__version__, build=build)
+        from kdsl.frontend.globals_used import recording
+
+        if not self._cache:  # (the user cleared the cache: forget what the old ones read)
+            self._globals.clear()
+        with recording() as read:
+            ck = cached_compile(_Specialised(self, aligned, fast, num_stages, opts, debug),
+                                arg_types, constexprs, be, num_warps, check,
+                                sources=self.identity(), spec=spec, version=__version__,
+                                build=build)
+        self._globals.update(read)
         self._cache[key] = ck
         return ck
 

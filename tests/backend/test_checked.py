@@ -277,3 +277,65 @@ def test_done_when_child_process_catches_and_exits_normally():
     for b in backends:
         assert f"{b} shifted_copy raised" in r.stdout and f"{b} shifted_store raised" in r.stdout
         assert f"{b} unchecked ok" in r.stdout
+
+
+# ---------------------------------------------------------- pointers chosen by control flow
+
+
+@kd.jit
+def _store_if(a_ptr, b_ptr, flag, n, BLOCK: kd.constexpr):
+    offs = kd.arange(0, BLOCK)
+    if flag > 0:
+        p = a_ptr
+    else:
+        p = b_ptr
+    kd.store(p + offs, 1.0, mask=offs < n)
+
+
+@kd.jit
+def _store_where(a_ptr, b_ptr, flag, n, BLOCK: kd.constexpr):
+    offs = kd.arange(0, BLOCK)
+    p = kd.where(flag > 0, a_ptr, b_ptr)
+    kd.store(p + offs, 2.0, mask=offs < n)
+
+
+@kd.jit
+def _ping_pong(a_ptr, b_ptr, steps, n, BLOCK: kd.constexpr):
+    # the pointers swap every iteration: each store's array depends on the trip count
+    offs = kd.arange(0, BLOCK)
+    src, dst = a_ptr, b_ptr
+    for i in range(steps):
+        x = kd.load(src + offs, mask=offs < n, other=0.0)
+        kd.store(dst + offs, x + 1.0, mask=offs < n)
+        src, dst = dst, src
+
+
+@kd.jit
+def _while_walk(a_ptr, b_ptr, n, BLOCK: kd.constexpr):
+    offs = kd.arange(0, BLOCK)
+    p = a_ptr
+    k = 0
+    while k < 3:
+        kd.store(p + offs, 3.0, mask=offs < n)
+        p = b_ptr
+        k += 1
+
+
+CONTROL_SHAPES = [
+    ("if", _store_if, lambda a, b, n: (a, b, 0, n)),
+    ("where", _store_where, lambda a, b, n: (a, b, 0, n)),
+    ("loop carry", _ping_pong, lambda a, b, n: (a, b, 2, n)),
+    ("while carry", _while_walk, lambda a, b, n: (a, b, n)),
+]
+
+
+@pytest.mark.parametrize("name,kernel,args", CONTROL_SHAPES, ids=[c[0] for c in CONTROL_SHAPES])
+def test_pointers_chosen_by_control_flow_are_checked(backend, name, kernel, args):
+    a = np.zeros(16, np.float32)
+    b = np.zeros(24, np.float32)  # 8 usable elements, then a guard region
+    b_view = b[:8]
+    kernel[(1,)](*args(a, b_view, 8), BLOCK=16, backend=backend, check=True)  # in bounds
+    with pytest.raises(kd.OutOfBoundsError, match="lies inside none of them") as e:
+        kernel[(1,)](*args(a, b_view, 16), BLOCK=16, backend=backend, check=True)
+    assert e.value.line > 0 and "kd.store" in e.value.source
+    assert (b[8:] == 0).all(), "the checked launch wrote past the array"

@@ -1,0 +1,122 @@
+"""OpenCL and the process: a child forked after OpenCL started gets a clear error instead of a
+hang; arrays the kernel writes are not handed to the device in place (unless
+KDSL_OPENCL_ZERO_COPY=1), so a device that ignores a mask cannot write into the Python heap;
+Python's fault handler survives the first OpenCL build."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kdsl as kd
+
+pytestmark = pytest.mark.skipif("opencl" not in kd.available_backends(),
+                                reason="no OpenCL device")
+
+
+def _run(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `code` as a script file (kernels need their source on disk)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(textwrap.dedent(code))
+    try:
+        return subprocess.run([sys.executable, f.name], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, **(env or {})}, check=False)
+    finally:
+        os.unlink(f.name)
+
+
+def test_forked_child_gets_an_error_not_a_hang():
+    r = _run("""
+        import multiprocessing as mp, numpy as np, kdsl as kd
+
+        @kd.jit
+        def add1(x, n, BLOCK: kd.constexpr):
+            o = kd.arange(0, BLOCK)
+            kd.store(x + o, kd.load(x + o, mask=o < n) + 1, mask=o < n)
+
+        def child(q):
+            try:
+                add1[(1,)](np.zeros(8, np.float32), 8, BLOCK=8, backend="opencl")
+                q.put("ran")
+            except RuntimeError as e:
+                q.put(str(e))
+
+        if __name__ == "__main__":
+            print(kd.available_backends())  # the parent touches OpenCL
+            ctx = mp.get_context("fork")
+            q = ctx.Queue()
+            p = ctx.Process(target=child, args=(q,))
+            p.start()
+            p.join(60)
+            print("ALIVE" if p.is_alive() else "DONE", q.get(timeout=5) if not p.is_alive() else "")
+            if p.is_alive():
+                p.kill()
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "DONE" in r.stdout and "spawn" in r.stdout, r.stdout
+
+
+@kd.jit
+def _own_address(out_ptr, x_ptr):
+    kd.store(out_ptr, x_ptr.to(kd.int64))
+    kd.store(out_ptr + 1, out_ptr.to(kd.int64))
+
+
+def test_written_arrays_are_copied_unless_asked():
+    r = _run("""
+        import numpy as np, kdsl as kd
+        from tests.backend.test_opencl_process import _own_address
+        out = np.zeros(2, np.int64)
+        x = np.zeros(4, np.float32)
+        _own_address[(1,)](out, x, backend="opencl")
+        print(int(out[0]) == x.ctypes.data, int(out[1]) == out.ctypes.data)
+    """, env={"PYTHONPATH": os.getcwd()})
+    assert r.returncode == 0, r.stderr[-2000:]
+    # the read-only input is used in place, the written output through a copy
+    assert r.stdout.split() == ["True", "False"], r.stdout
+    r = _run("""
+        import numpy as np, kdsl as kd
+        from tests.backend.test_opencl_process import _own_address
+        out = np.zeros(2, np.int64)
+        x = np.zeros(4, np.float32)
+        _own_address[(1,)](out, x, backend="opencl")
+        print(int(out[1]) == out.ctypes.data)
+    """, env={"PYTHONPATH": os.getcwd(), "KDSL_OPENCL_ZERO_COPY": "1"})
+    assert r.stdout.split() == ["True"], r.stdout + r.stderr[-2000:]
+
+
+def test_written_results_still_come_back():
+    @kd.jit
+    def scale(x_ptr, y_ptr, n, BLOCK: kd.constexpr):
+        o = kd.arange(0, BLOCK)
+        kd.store(y_ptr + o, kd.load(x_ptr + o, mask=o < n) * 3, mask=o < n)
+
+    x = np.arange(10, dtype=np.float32)
+    y = np.full(12, -1.0, np.float32)
+    scale[(1,)](x, y, 10, BLOCK=16, backend="opencl")
+    np.testing.assert_array_equal(y[:10], x * 3)
+    assert (y[10:] == -1).all()
+
+
+def test_fault_handler_survives_the_first_build(tmp_path):
+    r = _run(f"""
+        import faulthandler, ctypes, numpy as np, kdsl as kd
+        faulthandler.enable()
+
+        @kd.jit
+        def one(x):
+            kd.store(x, 1.0)
+
+        one[(1,)](np.zeros(1, np.float32), backend="opencl")
+        assert faulthandler.is_enabled()
+        ctypes.string_at(0)  # a crash after the build must still print the Python traceback
+    """, env={"POCL_CACHE_DIR": str(tmp_path), "KDSL_CACHE": "0"})
+    assert r.returncode != 0
+    assert "Fatal Python error" in r.stderr and "string_at" in r.stderr, r.stderr[-2000:]
