@@ -106,7 +106,7 @@ def test_written_results_still_come_back():
 
 
 def test_fault_handler_survives_the_first_build(tmp_path):
-    r = _run(f"""
+    r = _run("""
         import faulthandler, ctypes, numpy as np, kdsl as kd
         faulthandler.enable()
 
