@@ -36,6 +36,29 @@ def test_fuzz_backends_agree_with_interp(program):
     assert report.ok, report.text()
 
 
+@settings(max_examples=EXAMPLES // 3, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(F.programs(CI_FEATURES, max_statements=6))
+def test_fuzz_opencl_zero_copy_agrees_with_interp(program):
+    """The same comparison with written arrays handed to PoCL in place (KDSL_OPENCL_ZERO_COPY=1,
+    the path on which a device ignoring a mask would corrupt the heap)."""
+    import os
+
+    if "opencl" not in _backends():
+        pytest.skip("opencl is not selected or not available")
+    old = os.environ.get("KDSL_OPENCL_ZERO_COPY")
+    os.environ["KDSL_OPENCL_ZERO_COPY"] = "1"
+    try:
+        report = F.check_program(program, ["opencl"])
+    finally:
+        if old is None:
+            os.environ.pop("KDSL_OPENCL_ZERO_COPY", None)
+        else:
+            os.environ["KDSL_OPENCL_ZERO_COPY"] = old
+    assert report.ok, report.text()
+
+
 # ---------------------------------------------------------------- the fuzzer's own machinery
 
 
