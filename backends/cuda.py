@@ -332,6 +332,19 @@ def resource_report(source: str, arch: str) -> str:
     return f"{arch}: " + ", ".join(f"{k}={v}" for k, v in usage.items())
 
 
+#: the largest grid CUDA launches: 2**31 - 1 programs along axis 0, 65535 along axes 1 and 2
+GRID_LIMITS = ((1 << 31) - 1, 65535, 65535)
+
+
+def check_grid(grid: tuple[int, int, int]) -> None:
+    """A clear error for a grid CUDA cannot launch (before any device call)."""
+    for axis, (g, limit) in enumerate(zip(grid, GRID_LIMITS)):
+        if g > limit:
+            raise ValueError(f"grid[{axis}] = {g} exceeds CUDA's limit of {limit} programs on "
+                             f"axis {axis}; put the large dimension on axis 0 (up to "
+                             f"{GRID_LIMITS[0]}) or loop inside the kernel")
+
+
 class CUDABackend(Backend):
     name = "cuda"
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads",
@@ -418,6 +431,7 @@ class CUDABackend(Backend):
 
     def launch(self, handle: Any, kernel: loop.Kernel, grid: tuple[int, int, int],
                args: list[BoundArg]) -> None:
+        check_grid(grid)
         import cupy
 
         if any(g <= 0 for g in grid):

@@ -247,13 +247,74 @@ def _np_scalar(name: str, v: np.generic) -> tuple[str, BoundArg, None]:
     return kd.name, BoundArg(name, "scalar", kd, item), None
 
 
-def _device_array(name: str, v: Any, owner: str) -> tuple[str, BoundArg, str]:
+def _device_array(name: str, v: Any, owner: str,
+                  dtype: T.DType | None = None) -> tuple[str, BoundArg, str]:
+    """A backend's device array, used in place: the kernel's pointer is its first element.
+    A strided CuPy view (transposed, sliced, negative strides) is passed as Triton passes it,
+    with `numel`/`origin` giving its memory span for checked mode; its data pointer is read
+    for the `% 16` alignment specialisation, as a host array's address is."""
+    kd, sig = (dtype, "*" + dtype.name) if dtype is not None else _array_sig(name, v.dtype)
+    size = int(v.size)
+    ptr = _device_pointer(v)
+    numel, origin = size, 0
     flags = getattr(v, "flags", None)
     if flags is not None and not getattr(flags, "c_contiguous", True):
-        raise ValueError(f"argument {name!r}: device array is not C-contiguous")
-    kd, sig = _array_sig(name, v.dtype)
-    size = int(v.size)
-    return sig, BoundArg(name, "array", kd, v, None, size * kd.itemsize, size), owner
+        strides = getattr(v, "strides", None)
+        if strides is None or ptr is None:
+            raise ValueError(f"argument {name!r}: this non-contiguous device array cannot be "
+                             "addressed by a kernel; pass a contiguous copy")
+        item = kd.itemsize
+        lo = hi = 0
+        for n, st in zip(v.shape, strides):
+            if st % item:
+                raise ValueError(f"argument {name!r}: stride {st} bytes is not a multiple of "
+                                 f"the element size {item}; pass a copy")
+            if n > 1:
+                lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
+        numel = (hi - lo) // item + 1 if size else 0
+        origin = -lo // item
+    ba = BoundArg(name, "array", kd, v, None, numel * kd.itemsize, numel, ptr or 0, origin)
+    return sig, ba, owner
+
+
+def _device_pointer(v: Any) -> int | None:
+    """Data pointer of the first element of a device array (CuPy's `data.ptr`, or the CUDA
+    array interface), or None."""
+    data = getattr(v, "data", None)
+    ptr = getattr(data, "ptr", None)
+    if isinstance(ptr, int):
+        return ptr
+    cai = getattr(v, "__cuda_array_interface__", None)
+    if isinstance(cai, dict):
+        return int(cai["data"][0])
+    return None
+
+
+_DL_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def _cuda_dlpack(name: str, v: Any) -> tuple[str, BoundArg, str]:
+    """A CUDA tensor from another library (torch): viewed as a CuPy array over the same memory
+    (DLPack), bfloat16 through its int16 bits, `requires_grad` tensors through `detach()`."""
+    try:
+        import cupy
+    except Exception as e:
+        raise TypeError(f"argument {name!r}: a CUDA array needs CuPy (pip install "
+                        f"'kdsl[cuda]'): {e}") from None
+    dtype = None
+    if is_torch(v):
+        import torch
+
+        if v.requires_grad:
+            v = v.detach()
+        if v.dtype == torch.bfloat16:
+            v, dtype = v.view(torch.int16), T.bfloat16
+    try:
+        arr = cupy.from_dlpack(v)
+    except Exception as e:
+        raise TypeError(f"argument {name!r}: cannot view this CUDA array through DLPack: "
+                        f"{e}") from None
+    return _device_array(name, arr, "cuda", dtype)
 
 
 def _dlpack(name: str, v: Any) -> tuple[str, BoundArg, None]:
@@ -263,6 +324,8 @@ def _dlpack(name: str, v: Any) -> tuple[str, BoundArg, None]:
             dev_type = int(dev()[0])
         except Exception as e:
             raise TypeError(f"argument {name!r}: __dlpack_device__() failed: {e}") from None
+        if dev_type in _DL_CUDA:
+            return _cuda_dlpack(name, v)
         if dev_type != 1:  # kDLCPU
             raise TypeError(
                 f"argument {name!r}: a DLPack array on device type {dev_type} that no "
@@ -364,11 +427,12 @@ _CHAR = ctypes.c_char
 
 
 def multiple_of_16(ba: BoundArg) -> bool:
-    """Whether a bound argument is a multiple of 16: a host array's address (in bytes), an
-    integer scalar's value (Triton's `% 16` specialisation).  Device arrays: unknown (False)."""
+    """Whether a bound argument is a multiple of 16: an array's address in bytes (a host
+    array's, or a device array's data pointer), an integer scalar's value (Triton's `% 16`
+    specialisation)."""
     if ba.kind == "array":
-        if ba.host is None:
-            return False
+        if ba.host is None:  # a device array: its data pointer, when the binder read one
+            return bool(ba.address) and not ba.address & 15
         return not (ba.address or _address(ba.host)) & 15
     v = ba.value
     return type(v) is int and not v & 15 and ba.dtype is not T.int1
