@@ -132,6 +132,7 @@ from .random import (
     uint_to_uniform_float,
 )
 from .standard import bitonic_merge, sort, swizzle2d, topk
+from .scaled_dot import dot_scaled
 from .math import div_rn, fdiv, sqrt_rn, umulhi
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
@@ -153,7 +154,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # scans
     "cumsum", "cumprod", "associative_scan",
     # matrix
-    "dot", "trans", "permute",
+    "dot", "dot_scaled", "trans", "permute",
     # hints
     "multiple_of", "max_contiguous", "max_constancy", "assume",
     # shape
