@@ -133,6 +133,7 @@ from .random import (
 )
 from .standard import bitonic_merge, sort, swizzle2d, topk
 from .scaled_dot import dot_scaled
+from .elementwise_map import map_elementwise
 from .math import div_rn, fdiv, sqrt_rn, umulhi
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
@@ -147,7 +148,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "tensor_descriptor",
     # math
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
-    "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
+    "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma", "map_elementwise",
     "umulhi", "sqrt_rn", "div_rn", "fdiv", "math", "extra",
     # reductions
     "sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "reduce_or", "softmax",
