@@ -9,9 +9,9 @@ by **selection**: both branches are computed on every element, then each variabl
 therefore work per element (the statements after a return run, and their values are not
 selected where the element had returned), and so do ifs in runtime loops whose bounds are
 uniform. Memory accesses keep Triton's meaning, where only the taken branch runs: each load,
-store and atomic of a branch is masked by the branch's condition (a masked-off load reads 0,
-and its value is not selected), an assertion only checks where its branch is taken, and
-printing under an element-wise condition is an error.
+store and atomic of a branch (or of a side of `a if c else b`) is masked by the branch's
+condition (a masked-off load reads 0, and its value is not selected), an assertion only checks
+where its branch is taken, and printing under an element-wise condition is an error.
 
 What cannot be per element is an error naming the line: a `for` loop whose bounds or a
 `while` loop whose condition (or early exit by `return`) depend on an element, since every
@@ -132,6 +132,21 @@ class ElementwiseGenerator(CodeGenerator):
                 self.scope[w.name] = unflatten(spec, wide)
 
     # ------------------------------------------------------------------------------- if
+
+    def visit_IfExp(self, node: Any) -> Any:
+        """`a if c else b`: both sides, their memory accesses masked as an if's branches."""
+        cond = self.visit(node.test)
+        if not semantic.is_value(cond):
+            return self.visit(node.body if cond else node.orelse)
+        c = semantic.to_int1(self.b, cond)
+        sides = []
+        for side, m in ((node.body, c), (node.orelse, semantic.logical_not(self.b, c))):
+            blk = Block()
+            with self.b.at_block(blk):
+                sides.append(self.visit(side))
+            _guard(self, blk, m)
+            self.b.block.ops.extend(blk.ops)
+        return semantic.where(self.b, c, *sides)
 
     def build_if(self, c: Value, branches: list[Callable[[], None]],
                  entry: tuple[dict, dict] = ({}, {}), tail: bool = False,

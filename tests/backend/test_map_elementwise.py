@@ -152,6 +152,11 @@ def lookup(i, table, n):
 
 
 @kd.jit
+def lookup_ternary(i, table, n):
+    return kd.load(table + i) if (i >= 0) & (i < n) else -1.0
+
+
+@kd.jit
 def store_negatives(x, out, idx):
     if x < 0:
         kd.store(out + idx, x)  # only where the element is negative
@@ -162,8 +167,9 @@ def store_negatives(x, out, idx):
 @kd.jit
 def memory_kernel(i_ptr, table, n, y_ptr, x_ptr, neg_ptr, cnt_ptr, BLOCK: kd.constexpr):
     offs = kd.arange(0, BLOCK)
-    y = kd.map_elementwise(lookup, kd.load(i_ptr + offs), table, n)
-    kd.store(y_ptr + offs, y)
+    i = kd.load(i_ptr + offs)
+    y = kd.map_elementwise(lookup, i, table, n)
+    kd.store(y_ptr + offs, y + kd.map_elementwise(lookup_ternary, i, table, n))
     c = kd.map_elementwise(store_negatives, kd.load(x_ptr + offs), neg_ptr, offs)
     kd.store(cnt_ptr, kd.sum(c))
 
@@ -180,7 +186,7 @@ def test_memory_accesses_follow_the_branch(backend):
     memory_kernel[(1,)](idx, table, n, y, x, neg, cnt, BLOCK=64, backend=backend,
                         check=backend != "opencl")
     ok = (idx >= 0) & (idx < n)
-    np.testing.assert_array_equal(y, np.where(ok, table[np.clip(idx, 0, n - 1)], -1.0))
+    np.testing.assert_array_equal(y, 2 * np.where(ok, table[np.clip(idx, 0, n - 1)], -1.0))
     np.testing.assert_array_equal(neg, np.where(x < 0, x, 7.0))
     assert cnt[0] == (x < 0).sum()
 
@@ -239,7 +245,7 @@ def test_scalar_arguments_and_builtin_functions(backend, v):
 @kd.jit
 def checked_sqrt(x):
     if x >= 0:
-        assert x < 100, "too big"  # checked only where x >= 0
+        assert x >= 0 and x < 100, "too big"  # checked only where x >= 0
         return kd.sqrt(x)
     return -1.0
 
