@@ -459,11 +459,21 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
                 or getattr(f, "__kdsl_builtin__", False)):
             what = getattr(f, "__name__", None) or type(f).__name__
             raise semantic.error(f"{builtin}: {param} must be a @kd.jit function, got {what}")
-        return lambda *xs: self.call(f, list(xs), {})
 
-    def inline(self, pyfn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        def call(*xs: Any, map_shape: tuple[int, ...] | None = None) -> Any:
+            if map_shape is None:
+                return self.call(f, list(xs), {})
+            from .elementwise import inline_elementwise  # kd.map_elementwise's scalar_fn
+
+            return inline_elementwise(self, f, list(xs), map_shape)
+
+        return call
+
+    def inline(self, pyfn: Any, args: list[Any], kwargs: dict[str, Any],
+               make: Any = None) -> Any:
         """Compile a @kd.jit helper's body in place with its parameters bound to the arguments;
-        its `return` value (a value or a tuple) is the call's value."""
+        its `return` value (a value or a tuple) is the call's value. `make(src, scope, pyfn)`
+        gives the body's visitor (default: `helper_generator`)."""
         if self.depth >= _MAX_INLINE_DEPTH:
             raise semantic.error(f"helper calls nested more than {_MAX_INLINE_DEPTH} deep "
                                  "(recursion is not supported)")
@@ -473,10 +483,14 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
             raise semantic.error(f"{pyfn.__name__}(): {e}") from None
         bound.apply_defaults()
         scope = {k: normalize(v) for k, v in bound.arguments.items()}
-        gen = CodeGenerator(get_source(pyfn), self.b, scope, pyfn, self.kernel, self.depth + 1,
-                            self.ptr_sources)
+        gen = (make or self.helper_generator)(get_source(pyfn), scope, pyfn)
         gen.visit_stmts(gen.src.fn_def.body, tail=True)
         return gen.result()
+
+    def helper_generator(self, src: Source, scope: dict[str, Any], pyfn: Any) -> CodeGenerator:
+        """The visitor of an inlined helper's body (of the same kind as this one)."""
+        return CodeGenerator(src, self.b, scope, pyfn, self.kernel, self.depth + 1,
+                             self.ptr_sources)
 
 
 def tile_method(name: str) -> Any:

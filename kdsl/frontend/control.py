@@ -278,7 +278,7 @@ class ControlFlow:
                 raise semantic.error("the truth of a block pointer or descriptor is not defined")
             self.visit_stmts(list(node.body if cond else node.orelse) + list(rest), tail)
             return True
-        c = semantic.condition(self.b, cond, "an if")
+        c = self.if_condition(cond)
         branches = [list(node.body), list(node.orelse)]
         consumed = bool(rest) and any(_ends_with_return(br) for br in branches)
         if consumed:  # `if c: A; return` followed by R is `if c: A; return else: R`
@@ -287,6 +287,13 @@ class ControlFlow:
         self.build_if(c, [lambda br=br: self.visit_stmts(br, inner_tail) for br in branches],
                       tail=inner_tail)
         return consumed
+
+    def if_condition(self, cond: Any) -> Value:
+        """The int1 condition of a runtime `if` (kd.map_elementwise's bodies allow tiles)."""
+        return semantic.condition(self.b, cond, "an if")
+
+    def loop_condition(self, cond: Any) -> Value:
+        return semantic.condition(self.b, cond, "a while")
 
     def build_if(self, c: Value, branches: list[Callable[[], None]],
                  entry: tuple[dict, dict] = ({}, {}), tail: bool = False,
@@ -500,13 +507,13 @@ class ControlFlow:
                     raise self.error("a while loop needs a runtime condition (no break)",
                                      node.test)
                 return None
-            return semantic.condition(self.b, c, "a while")
+            return self.loop_condition(c)
         live = semantic.logical_not(self.b, self.scope[RET_FLAG])
         then = Block()
         with self.scoped(dict(self.scope), then):
             c = self.visit(node.test)
             if semantic.is_value(c):
-                c = semantic.condition(self.b, c, "a while")
+                c = self.loop_condition(c)
             self.b.create("yield", [c] if semantic.is_value(c) else [])
         if not semantic.is_value(c):
             return live if c else None  # `while True:` ends by returning

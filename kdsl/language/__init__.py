@@ -141,6 +141,8 @@ from .random import (
     uint_to_uniform_float,
 )
 from .standard import bitonic_merge, sort, swizzle2d, topk
+from .scaled_dot import dot_scaled
+from .elementwise_map import map_elementwise
 from .math import div_rn, fdiv, sqrt_rn, umulhi
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
@@ -155,14 +157,14 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     "tensor_descriptor",
     # math
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "tanh", "erf",
-    "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma",
+    "sigmoid", "floor", "ceil", "maximum", "minimum", "clamp", "where", "fma", "map_elementwise",
     "umulhi", "sqrt_rn", "div_rn", "fdiv", "math", "extra",
     # reductions
     "sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "reduce_or", "softmax",
     # scans
     "cumsum", "cumprod", "associative_scan",
     # matrix
-    "dot", "trans", "permute",
+    "dot", "dot_scaled", "trans", "permute",
     # hints
     "multiple_of", "max_contiguous", "max_constancy", "assume",
     # shape
