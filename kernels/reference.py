@@ -1,7 +1,7 @@
 """float64 NumPy references of every library kernel, with the same signatures.
 
-Each accepts what the kernel accepts (NumPy arrays, device arrays, bfloat16 views or
-ml_dtypes arrays), computes in float64 on the host and returns a float64 NumPy array.  They are
+Each accepts what the kernel accepts (NumPy arrays, device arrays, torch tensors, bfloat16
+views or ml_dtypes arrays), computes in float64 on the host and returns a float64 NumPy array.  They are
 the ground truth of the tests (never another backend).
 """
 
@@ -17,8 +17,23 @@ from kdsl.runtime.binding import DTypeView
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
+def _torch_host(x: Any, dtype: Any = None) -> np.ndarray | None:
+    """A NumPy copy of a torch tensor (bfloat16 and autograd tensors included), else None."""
+    if (type(x).__module__ or "").split(".", 1)[0] != "torch" or not hasattr(x, "detach"):
+        return None
+    import torch
+
+    t = x.detach().cpu()
+    if dtype is not None or t.dtype == torch.bfloat16:
+        t = t.to(torch.float64)  # exact for every float dtype
+    return t.numpy()
+
+
 def to_float64(x: Any) -> np.ndarray:
     """A float64 host copy of an array in any spelling the library accepts."""
+    t = _torch_host(x, np.float64)
+    if t is not None:
+        return t
     if isinstance(x, DTypeView):  # bfloat16 bits
         bits = x.array.get() if hasattr(x.array, "get") else np.asarray(x.array)
         return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -29,6 +44,9 @@ def to_float64(x: Any) -> np.ndarray:
 
 
 def _host(x: Any) -> np.ndarray:
+    t = _torch_host(x)
+    if t is not None:
+        return t
     if not isinstance(x, np.ndarray) and hasattr(x, "get"):
         return x.get()
     return np.asarray(x)
