@@ -219,6 +219,16 @@ def empty(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> A
     return Arg(name, like.kind, data, dtype, tuple(shape), spelling, like.ml_dtype, like.caller)
 
 
+def zeros(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> Arg:
+    """`empty`, filled with zeros (accumulation buffers)."""
+    out = empty(like, shape, dtype, name)
+    if out.kind == "opencl":
+        out.data.fill(0)
+    else:
+        out.data[...] = 0
+    return out
+
+
 def reshaped(arg: Arg, shape: tuple[int, ...]) -> Arg:
     """The same contiguous storage under another shape (no copy)."""
     return replace(arg, data=arg.data.reshape(shape), shape=tuple(shape))

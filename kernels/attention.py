@@ -147,21 +147,9 @@ def _gqa(heads: int, kv_heads: int, what: str) -> None:
 def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None = None,
               backend: str | None = None) -> Any:
     """softmax(q k^T * scale [+ causal mask]) v on [batch, heads, seq, dim] arrays."""
-    q_ = as_arg("q", q, FLOATS, ndim=4, strided=True)
-    k_ = as_arg("k", k, FLOATS, ndim=4, strided=True)
-    v_ = as_arg("v", v, FLOATS, ndim=4, strided=True)
-    same_dtype(q_, k_, v_)
+    q_, k_, v_ = _check_qkv(q, k, v, causal)
     B, H, Sq, D = q_.shape
-    if k_.shape[0] != B or k_.shape[3] != D:
-        raise ValueError(f"k: expected shape ({B}, kv_heads, seq_k, {D}) to match q "
-                         f"{q_.shape}, got {k_.shape}")
-    if v_.shape != k_.shape:
-        raise ValueError(f"v: expected k's shape {k_.shape}, got {v_.shape}")
     KVH, Sk = k_.shape[1], k_.shape[2]
-    _gqa(H, KVH, "k")
-    if causal and Sq > Sk:
-        raise ValueError(f"causal: seq_q {Sq} > seq_k {Sk} leaves the first queries with no "
-                         f"visible key (causal masking is aligned to the end)")
     s = _scale(scale, D)
     be = resolve_backend(backend, q_, k_, v_)
     out = empty(q_, q_.shape, q_.dtype)
@@ -177,6 +165,26 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
                                  CAUSAL=bool(causal),
                                  BLOCK_D=max(16, next_pow2(D)), backend=be, **meta)
     return result(out)
+
+
+def _check_qkv(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any, Any]:
+    """The checked `Arg`s of attention's q, k, v (shapes, dtypes, grouped heads, causal)."""
+    q_ = as_arg("q", q, FLOATS, ndim=4, strided=True)
+    k_ = as_arg("k", k, FLOATS, ndim=4, strided=True)
+    v_ = as_arg("v", v, FLOATS, ndim=4, strided=True)
+    same_dtype(q_, k_, v_)
+    B, H, Sq, D = q_.shape
+    if k_.shape[0] != B or k_.shape[3] != D:
+        raise ValueError(f"k: expected shape ({B}, kv_heads, seq_k, {D}) to match q "
+                         f"{q_.shape}, got {k_.shape}")
+    if v_.shape != k_.shape:
+        raise ValueError(f"v: expected k's shape {k_.shape}, got {v_.shape}")
+    KVH, Sk = k_.shape[1], k_.shape[2]
+    _gqa(H, KVH, "k")
+    if causal and Sq > Sk:
+        raise ValueError(f"causal: seq_q {Sq} > seq_k {Sk} leaves the first queries with no "
+                         f"visible key (causal masking is aligned to the end)")
+    return q_, k_, v_
 
 
 def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any,

@@ -1,4 +1,4 @@
-"""Row softmax: `softmax(x, axis=-1)`.
+"""Row softmax: `softmax(x, axis=-1)`, and its gradient `softmax_backward(dy, y, axis=-1)`.
 
 One program per row.  A row of up to `configs.FUSED_ROW_MAX` elements is held in one tile and
 read once (fused: max, exp, sum, divide).  Longer rows use the online form: a first pass keeps
@@ -29,6 +29,7 @@ from ._validate import (
     resolve_backend,
     result,
     row_layout,
+    same_dtype,
 )
 
 
@@ -123,3 +124,60 @@ def _move_back(y: Arg, axis: int) -> Arg:
         xp = np if y.kind == "numpy" else __import__("cupy")
         data = xp.ascontiguousarray(xp.moveaxis(y.data, -1, axis))
     return replace(y, data=data, shape=tuple(data.shape))
+
+
+# ------------------------------------------------------------------------------ backward
+
+@kd.jit
+def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride,
+                            BLOCK: kd.constexpr):
+    # dx = y * (dy - sum(dy * y)): one pass for the row's dot product, one for dx (a row that
+    # fits one tile is read from the cache the second time)
+    row = kd.program_id(0)
+    y_ptr += row * y_row_stride
+    dy_ptr += row * dy_row_stride
+    dx_ptr += row * n_cols
+    acc = kd.zeros((BLOCK,), kd.float32)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        mask = cols < n_cols
+        y = kd.load(y_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        acc += y * kd.load(dy_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+    dot = kd.sum(acc, axis=0)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        mask = cols < n_cols
+        y = kd.load(y_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        dy = kd.load(dy_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        kd.store(dx_ptr + cols, y * (dy - dot), mask=mask)
+
+
+def softmax_backward(dy: Any, y: Any, axis: int = -1, backend: str | None = None) -> Any:
+    """Gradient of `softmax` with respect to its input, from the output gradient `dy` and the
+    forward output `y`: y * (dy - sum(dy * y, axis)), in y's dtype and kind."""
+    g = as_arg("dy", dy, FLOATS, strided=True)
+    a = as_arg("y", y, FLOATS, strided=True)
+    same_dtype(a, g)
+    if g.shape != a.shape:
+        raise ValueError(f"dy: expected y's shape {a.shape}, got {g.shape}")
+    if a.ndim == 0:
+        raise ValueError("y: expected at least a 1-D array, got a scalar")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -a.ndim <= axis < a.ndim:
+        raise ValueError(f"axis: {axis!r} is out of range for a {a.ndim}-D array")
+    axis = int(axis) % a.ndim
+    be = resolve_backend(backend, a, g)
+    if axis != a.ndim - 1:
+        out = softmax_backward(result(_move_last(g, axis)), result(_move_last(a, axis)), -1, be)
+        return result(_move_back(as_arg("out", out, FLOATS), axis))
+    n = a.shape[-1]
+    rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    out = empty(a, a.shape, a.dtype, "dx")
+    if n and rows:
+        (yin, ys), (gin, gs) = row_layout(a), row_layout(g)
+        block = next_pow2(n) if n <= configs.FUSED_ROW_MAX else configs.row_loop_block(be)
+        softmax_backward_kernel[(rows,)](yin.kernel_arg, gin.kernel_arg,
+                                         reshaped(out, (rows, n)).kernel_arg, n, ys, gs,
+                                         BLOCK=block, backend=be,
+                                         **configs.pick(configs.ROW, be, block))
+    return result(out)
