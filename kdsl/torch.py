@@ -11,7 +11,8 @@ Importing this module registers every library kernel of `kdsl.kernels` as a torc
   passes;
 - `softmax`, `layer_norm`, `rms_norm` and `attention` have gradients: their backward is the
   matching `*_backward` operator, itself a kdsl kernel (kernels/*_backward.py), so a compiled
-  graph's backward traces too.
+  graph's backward traces too; `matmul` and `mlp` have gradients made of kdsl matmuls (of
+  transposed views, read in place) and torch's elementwise operations.
 
 `custom_op` wraps a user's launcher of `@kd.jit` kernels the same way in a few lines.
 
@@ -198,12 +199,75 @@ def _attention_bwd(ctx: Any, grad: Any) -> tuple:
     return dq, dk, dv, None, None, None
 
 
-#: op name -> (backward, tensor inputs saved, whether the output is saved too)
+def _t(m: Any) -> Any:
+    """The transposed view of the last two axes (the matmul kernel reads it in place)."""
+    return m.transpose(-1, -2)
+
+
+def _activation_grad(z: Any, name: str | None) -> Any:
+    """d act(z) / dz in float32 (z is the pre-activation)."""
+    z = z.float()
+    if name == "relu":
+        return (z > 0).float()
+    if name == "gelu":  # erf form: Phi(z) + z * phi(z)
+        return 0.5 * (1.0 + torch.erf(z * 0.7071067811865476)) + \
+            z * torch.exp(-0.5 * z * z) * 0.3989422804014327
+    s = torch.sigmoid(z)  # silu
+    return s * (1.0 + z * (1.0 - s))
+
+
+def _matmul_bwd(ctx: Any, grad: Any) -> tuple:
+    # d(a @ b + bias) through kdsl matmuls of transposed views; the activation's derivative
+    # needs the pre-activation, recomputed by one more matmul
+    a, b, bias = ctx.saved_tensors
+    act, be = ctx.args["activation"], ctx.args["backend"]
+    dz = grad
+    if act is not None:
+        z = _ops().matmul(a, b, bias, None, be)
+        dz = (grad.float() * _activation_grad(z, act)).to(a.dtype)
+    need_a, need_b, need_bias = ctx.needs_input_grad[:3]
+    da = _ops().matmul(dz, _t(b), None, None, be) if need_a else None
+    db = None
+    if need_b:
+        if b.dim() == 3:
+            db = _ops().matmul(_t(a), dz, None, None, be)
+        else:  # one b shared by a batch: the batch's rows are more rows
+            k, n = b.shape
+            db = _ops().matmul(_t(a.reshape(-1, k)), dz.reshape(-1, n), None, None, be)
+    dbias = None
+    if need_bias and bias is not None:
+        dbias = dz.float().reshape(-1, dz.shape[-1]).sum(0).to(bias.dtype)
+    return da, db, dbias, None, None
+
+
+def _mlp_bwd(ctx: Any, grad: Any) -> tuple:
+    # out = (silu(g) * u) @ w_down with g = x @ w_gate, u = x @ w_up (recomputed)
+    x, wg, wu, wd = ctx.saved_tensors
+    be = ctx.args["backend"]
+    mm = _ops().matmul
+    g, u = mm(x, wg, None, None, be).float(), mm(x, wu, None, None, be).float()
+    sg = torch.sigmoid(g)
+    h = (g * sg * u).to(x.dtype)
+    dh = mm(grad, _t(wd), None, None, be).float()
+    dg = (dh * u * sg * (1.0 + g * (1.0 - sg))).to(x.dtype)
+    du = (dh * g * sg).to(x.dtype)
+    need = ctx.needs_input_grad
+    dx = mm(dg, _t(wg), None, None, be) + mm(du, _t(wu), None, None, be) if need[0] else None
+    dwg = mm(_t(x), dg, None, None, be) if need[1] else None
+    dwu = mm(_t(x), du, None, None, be) if need[2] else None
+    dwd = mm(_t(h), grad, None, None, be) if need[3] else None
+    return dx, dwg, dwu, dwd, None
+
+
+#: op name -> (backward, tensor inputs saved, whether the output is saved too).  softmax, the
+#: norms and attention have gradient kernels; matmul and mlp gradients are kdsl matmuls.
 GRADIENTS: dict[str, tuple[Callable[..., tuple], tuple[str, ...], bool]] = {
     "softmax": (_softmax_bwd, (), True),
     "layer_norm": (_layer_norm_bwd, ("x", "weight", "bias"), False),
     "rms_norm": (_rms_norm_bwd, ("x", "weight"), False),
     "attention": (_attention_bwd, ("q", "k", "v"), True),
+    "matmul": (_matmul_bwd, ("a", "b", "bias"), False),
+    "mlp": (_mlp_bwd, ("x", "w_gate", "w_up", "w_down"), False),
 }
 
 

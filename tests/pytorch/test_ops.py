@@ -1,7 +1,8 @@
 """`import kdsl.torch`: every library kernel is a torch operator `torch.ops.kdsl.<name>` that
 passes `torch.library.opcheck` (schema, autograd registration, fake tensors, AOT dispatch
 with dynamic shapes) and runs under `torch.compile(fullgraph=True)`; the gradients of
-softmax, layer_norm, rms_norm and attention match torch's autograd on every backend."""
+softmax, layer_norm, rms_norm and attention (gradient kernels), matmul and mlp (kdsl matmuls)
+match torch's autograd on every backend."""
 
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ def _cases():
         ("rms_norm", (x, w), {}),
         ("attention", (q, kv, kv), {"causal": True}),
         ("attention", (q, kv, kv), {"scale": 0.3}),
-        ("matmul", (x.detach(), _t(24, 8)), {"bias": _t(8), "activation": "silu"}),
-        ("mlp", (x.detach(), _t(24, 32, scale=0.2), _t(24, 32, scale=0.2), _t(32, 8)), {}),
+        ("matmul", (x, _t(24, 8, grad=True)), {"bias": _t(8, grad=True), "activation": "silu"}),
+        ("matmul", (_t(2, 4, 24, grad=True), _t(8, 24, grad=True).t()), {}),
+        ("mlp", (x, _t(24, 32, scale=0.2, grad=True), _t(24, 32, scale=0.2, grad=True),
+                 _t(32, 8, grad=True)), {}),
         ("decode_attention", (_t(2, 4, 16), cache, cache, table, lens), {}),
         ("quant_matmul", (x.detach(), torch.randint(-9, 9, (24, 8), dtype=torch.int8),
                           torch.rand(3, 8), 8, 8), {}),
@@ -130,6 +133,18 @@ GRAD_CASES = {
                   lambda q, k, v: F.scaled_dot_product_attention(
                       q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True),
                   lambda: [_t(1, 4, 13, 16), _t(1, 2, 13, 16), _t(1, 2, 13, 16)]),
+    "matmul_gelu_bias": (lambda a, b, c: ops.matmul(a, b.t(), c, "gelu"),
+                         lambda a, b, c: F.gelu(a @ b.t() + c),
+                         lambda: [_t(2, 10, 24), _t(12, 24, scale=0.3), _t(12)]),
+    "matmul_silu_batched": (lambda a, b: ops.matmul(a, b, None, "silu"),
+                            lambda a, b: F.silu(a @ b),
+                            lambda: [_t(2, 10, 24), _t(2, 24, 12, scale=0.3)]),
+    "matmul_relu": (lambda a, b: ops.matmul(a, b, None, "relu"),
+                    lambda a, b: torch.relu(a @ b), lambda: [_t(10, 24), _t(24, 12)]),
+    "mlp": (lambda x, g, u, d: ops.mlp(x, g, u, d),
+            lambda x, g, u, d: (F.silu(x @ g) * (x @ u)) @ d,
+            lambda: [_t(10, 24), _t(24, 32, scale=0.3), _t(24, 32, scale=0.3),
+                     _t(32, 16, scale=0.3)]),
 }
 
 #: tolerance on gradients (relative to the largest one) per dtype
@@ -162,6 +177,6 @@ def test_gradients_match_torch_autograd(backend, name, dtype, monkeypatch):
 
 def test_non_differentiable_operators_say_so():
     x = _t(4, 8, grad=True)
-    y = ops.matmul(x, _t(8, 3))
+    y = ops.quant_matmul(x, torch.ones(8, 3, dtype=torch.int8), torch.ones(1, 3), 8, 8)
     with pytest.raises(RuntimeError, match="no autograd formula"):
         y.sum().backward()
