@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kdsl as kd
-import kdsl.torch  # noqa: F401  (registers torch.ops.kdsl.*)
+import kdsl.torch  # registers torch.ops.kdsl.*
 
 ops = torch.ops.kdsl
 

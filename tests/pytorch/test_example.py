@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
-import torch_transformer  # noqa: E402
+import torch_transformer
 
 
 def test_transformer_block_matches_torch(backend):
