@@ -26,11 +26,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    import torch
-except ImportError as e:  # pragma: no cover - exercised without torch only
-    raise ImportError("kdsl.torch needs PyTorch: pip install 'kdsl[torch]' (or any torch "
-                      ">= 2.4)") from e
+from kdsl.extras import require
+
+torch = require("torch", "kdsl.torch")  # MissingExtra: pip install 'kdsl[torch]'
 
 import kdsl.kernels as K
 
