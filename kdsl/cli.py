@@ -92,8 +92,8 @@ def _probe_cpu() -> list[str]:
     import platform
 
     from kdsl.backends.llvm_runtime import workers
-    return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {workers()} threads used "
-            f"(CPU affinity, KDSL_NUM_THREADS)"]
+    used = f"{workers()} threads used (CPU affinity, KDSL_NUM_THREADS)"
+    return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {used}"]
 
 
 _PROBES: dict[str, Callable[[], list[str]]] = {

@@ -53,7 +53,7 @@ class Progress:
         self.done = 0
         self.tty = is_tty(self.stream)
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Progress:  # noqa: PYI034  (typing.Self needs Python 3.11)
         if self.tty:
             self._draw("")
         return self

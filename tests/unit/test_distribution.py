@@ -107,7 +107,8 @@ def test_wheel_metadata(dists):
 
 def test_sdist_contents(dists):
     _, wheel, sdist = dists
-    names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     must = {"LICENSE", "README.md", "pyproject.toml", "docs/torch.md", "docs/kernels.md",
             "tests/conftest.py", "tests/pytorch/test_ops.py", "tests/kernels/kcases.py",
             "examples/torch_transformer.py", "kdsl/py.typed", "kernels/softmax.py",
