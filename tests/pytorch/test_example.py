@@ -12,9 +12,11 @@ pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 import torch_transformer
+from kcases import slow_on_opencl
 
 
 def test_transformer_block_matches_torch(backend):
+    slow_on_opencl(backend, "about 20 kernel variants")
     errors = torch_transformer.run(backend, batch=1, seq=12)
     assert set(errors) == {"output", "compiled", "gradients", "compiled gradients"}
     for what, err in errors.items():

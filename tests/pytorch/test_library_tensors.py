@@ -1,6 +1,7 @@
 """torch tensors through every library kernel: float32, float16, bfloat16, strided views and
 `requires_grad=True` tensors go in, torch tensors of the same dtype come out, matching
-torch's own operators (computed in float64 from the same rounded inputs)."""
+torch's own operators (computed in float64 from the same rounded inputs).  The tensors are
+turned into NumPy views before any backend sees them: opencl runs these as slow cases."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from kcases import check, skip_heavy
+from kcases import check, skip_heavy, slow_on_opencl
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -43,6 +44,7 @@ def gen():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_row_kernels(backend, dtype, gen):
+    slow_on_opencl(backend, "torch tensors reach every backend as NumPy views")
     skip_heavy(backend, dtype)
     x = rnd((4, 6, 40), dtype, grad=True, gen=gen)
     w, b = rnd(40, dtype, grad=True, gen=gen), rnd(40, dtype, grad=True, gen=gen)
@@ -56,6 +58,7 @@ def test_row_kernels(backend, dtype, gen):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_matmul_and_mlp(backend, dtype, gen):
+    slow_on_opencl(backend, "torch tensors reach every backend as NumPy views")
     skip_heavy(backend, dtype)
     a = rnd((9, 24), dtype, grad=True, gen=gen)
     w = rnd((13, 24), dtype, grad=True, gen=gen)       # an nn.Linear weight: [out, in]
@@ -82,6 +85,7 @@ def _sdpa_end_aligned(q, k, v, causal):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention(backend, dtype, gen):
+    slow_on_opencl(backend, "torch tensors reach every backend as NumPy views")
     skip_heavy(backend, dtype)
     B, S, H, KVH, D = 2, 11, 4, 2, 16
     q = rnd((B, S, H, D), dtype, grad=True, gen=gen).transpose(1, 2)   # a strided view
@@ -93,6 +97,7 @@ def test_attention(backend, dtype, gen):
 
 
 def test_decode_attention(backend, gen):
+    slow_on_opencl(backend, "torch tensors reach every backend as NumPy views")
     dtype = "float32"
     nb, bs, KVH, D = 6, 8, 2, 16
     kc, vc = rnd((nb, bs, KVH, D), dtype, gen=gen), rnd((nb, bs, KVH, D), dtype, gen=gen)
@@ -111,6 +116,7 @@ def test_decode_attention(backend, gen):
 
 
 def test_quant_matmul(backend, gen):
+    slow_on_opencl(backend, "torch tensors reach every backend as NumPy views")
     x = rnd((5, 64), "float32", grad=True, gen=gen)
     wq = torch.randint(-127, 128, (64, 12), generator=gen, dtype=torch.int8)
     scales = torch.rand((2, 12), generator=gen) * 0.02
