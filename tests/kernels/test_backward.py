@@ -1,11 +1,12 @@
 """Gradient kernels (softmax, layer_norm, rms_norm, attention): every backend, every dtype,
 ragged and long rows, grouped-query and causal attention, against the float64 references in
 kdsl.kernels.reference (themselves checked against finite differences).  On opencl the 16-bit
-variants are slow cases (PoCL compiles each for seconds)."""
+variants, and the cases adding only more variants of kernels already covered, are slow cases
+(PoCL compiles each kernel variant for seconds)."""
 
 import numpy as np
 import pytest
-from kcases import DTYPES, check, rand, skip_heavy
+from kcases import DTYPES, check, rand, skip_heavy, slow_on_opencl
 from kdsl.kernels import (
     attention,
     attention_backward,
@@ -21,6 +22,8 @@ from kdsl.kernels import reference as R
 @pytest.mark.parametrize("shape", [(5, 37), (2, 3, 16)])
 def test_softmax_backward(backend, rng, dtype, shape):
     skip_heavy(backend, dtype)
+    if len(shape) == 3:
+        slow_on_opencl(backend, "one more variant of a kernel covered there")
     y = softmax(rand(rng, shape, dtype), backend=backend)
     dy = rand(rng, shape, dtype)
     dx = softmax_backward(dy, y, backend=backend)
@@ -28,6 +31,7 @@ def test_softmax_backward(backend, rng, dtype, shape):
 
 
 def test_softmax_backward_axis_and_long_rows(backend, rng):
+    slow_on_opencl(backend, "two more variants")
     y = softmax(rand(rng, (6, 4), "float32"), axis=0, backend=backend)
     dy = rand(rng, (6, 4), "float32")
     check(softmax_backward(dy, y, axis=0, backend=backend), R.softmax_backward(dy, y, axis=0),
@@ -41,6 +45,8 @@ def test_softmax_backward_axis_and_long_rows(backend, rng):
 @pytest.mark.parametrize("shape", [(70, 33), (2, 3, 8)])
 def test_norm_backward(backend, rng, dtype, shape):
     skip_heavy(backend, dtype)
+    if len(shape) == 3:
+        slow_on_opencl(backend, "more variants of kernels covered there")
     n = shape[-1]
     rows = int(np.prod(shape[:-1]))
     x, dy = rand(rng, shape, dtype, shift=1.0), rand(rng, shape, dtype)
@@ -57,6 +63,7 @@ def test_norm_backward(backend, rng, dtype, shape):
 
 
 def test_norm_backward_long_rows(backend, rng):
+    slow_on_opencl(backend, "the looping variants")
     x, dy = rand(rng, (3, 9000), "float32"), rand(rng, (3, 9000), "float32")
     w, b = rand(rng, 9000, "float32"), rand(rng, 9000, "float32")
     for got, want in zip(layer_norm_backward(dy, x, w, b, backend=backend),
@@ -75,6 +82,8 @@ ATTENTION = {
 @pytest.mark.parametrize("case", sorted(ATTENTION))
 def test_attention_backward(backend, rng, dtype, case):
     skip_heavy(backend, dtype)
+    if case == "mha":
+        slow_on_opencl(backend, "the non-causal variants; gqa_causal_prefix runs by default")
     B, H, KVH, Sq, Sk, D, causal = ATTENTION[case]
     q, do = rand(rng, (B, H, Sq, D), dtype), rand(rng, (B, H, Sq, D), dtype)
     k, v = rand(rng, (B, KVH, Sk, D), dtype), rand(rng, (B, KVH, Sk, D), dtype)

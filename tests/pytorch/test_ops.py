@@ -132,8 +132,10 @@ def _sdpa_end_aligned(q, k, v):
 # The shapes are those of tests/kernels/test_backward.py: on opencl the compiled variants are
 # shared (PoCL compiles each for seconds).
 GRAD_CASES = {
-    "softmax": (lambda x: ops.softmax(x, 0), lambda x: torch.softmax(x, 0),
-                lambda: [_t(6, 4)]),
+    "softmax": (lambda x: ops.softmax(x, -1), lambda x: torch.softmax(x, -1),
+                lambda: [_t(5, 37)]),
+    "softmax_axis": (lambda x: ops.softmax(x, 0), lambda x: torch.softmax(x, 0),
+                     lambda: [_t(6, 4)]),
     "layer_norm": (lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
                    lambda x, w, b: F.layer_norm(x, (33,), w, b, 1e-5),
                    lambda: [_t(70, 33) + 1.0, _t(33), _t(33)]),
@@ -166,8 +168,8 @@ def test_gradients_match_torch_autograd(backend, name, dtype, monkeypatch):
     """kdsl's backward kernels against torch's autograd of torch's own operators in float64
     on the same (rounded) inputs and output gradient."""
     skip_heavy(backend, dtype)
-    if name.startswith(("matmul", "mlp")):
-        slow_on_opencl(backend, "the matmul variants of the gradients")
+    if name.startswith(("matmul", "mlp", "softmax_axis")):
+        slow_on_opencl(backend, "more kernel variants")
     if backend != "llvm":
         monkeypatch.setenv("KDSL_BACKEND", backend)  # the operators' default backend
     kd_fn, torch_fn, make = GRAD_CASES[name]
