@@ -11,6 +11,9 @@ TORCH_PIN="torch==2.13.0"
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
+# the build backend the package needs (pyproject.toml), in the environment itself: the
+# distribution test builds the wheel and sdist without build isolation
+.venv/bin/python -m pip install -q --disable-pip-version-check "setuptools>=77"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[all]"
 if [ "${KDSL_SETUP_TORCH:-0}" = "1" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN"
