@@ -20,9 +20,3 @@ def pytest_collection_modifyitems(config, items):
         import torch  # noqa: F401
     except ImportError as e:
         raise pytest.UsageError(f"KDSL_REQUIRE_TORCH is set but torch cannot be imported: {e}")
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, name)
