@@ -27,8 +27,9 @@ REGISTRY: dict[str, tuple[str, str]] = {
 #: (a backend may define `unavailable_reason() -> str` for a precise message).
 UNAVAILABLE_HINTS: dict[str, str] = {
     "llvm": "llvmlite could not create a native target",
-    "opencl": "no OpenCL device (is pyopencl installed and an ICD such as PoCL present?)",
-    "cuda": "no CUDA GPU found, or CuPy is not installed",
+    "opencl": "no OpenCL device (pyopencl: pip install 'kdsl[opencl]'; and a driver, e.g. "
+              "PoCL: apt-get install pocl-opencl-icd)",
+    "cuda": "no CUDA GPU found, or CuPy is not installed (pip install 'kdsl[cuda]')",
     "interp": "the NumPy interpreter could not be loaded",
 }
 

@@ -6,8 +6,9 @@ block is packed with one precompiled `struct.Struct` per kernel: a few hundred n
 one data-pointer lookup per array.  Each call gets its own immutable `bytes` block, so
 concurrent launches of one kernel from several Python threads are safe.
 
-The linear program-id range is cut into one chunk per worker of a persistent thread pool; the
-calling thread runs the first chunk itself.  ctypes releases the GIL during the native call,
+The linear program-id range is cut into one chunk per worker of a persistent thread pool (as
+many workers as the process may use CPUs, or `KDSL_NUM_THREADS`); the calling thread runs the
+first chunk itself.  ctypes releases the GIL during the native call,
 so the chunks run in parallel.  Small grids run inline on the calling thread.
 """
 
@@ -78,10 +79,33 @@ _POOL_LOCK = threading.Lock()
 _POOL: dict[str, Any] = {}
 
 
-_WORKERS = os.cpu_count() or 1  # os.cpu_count() reads /sys: far too slow per launch
+def _count_workers() -> int:
+    """Threads of the pool: `KDSL_NUM_THREADS` when set, else the CPUs this process may run on
+    (its affinity mask: `taskset -c 0` or a container's cpuset gives fewer than the machine
+    has), else `os.cpu_count()`."""
+    env = os.environ.get("KDSL_NUM_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n >= 1:
+            return n
+        import warnings
+
+        warnings.warn(f"KDSL_NUM_THREADS={env!r} is not a positive integer; using the CPUs "
+                      f"available to the process", stacklevel=2)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+_WORKERS = _count_workers()  # once per process: reading /sys is far too slow per launch
 
 
 def workers() -> int:
+    """Threads a launch is spread over (`_count_workers`)."""
     return _WORKERS
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .term import Progress  # also imported from here by autotune.py and capabilities.py
+
 
 @dataclass(frozen=True)
 class Timings:
@@ -180,38 +182,6 @@ def launch_overhead(backend: str) -> float | None:
     return _OVERHEAD[backend]
 
 
-# ------------------------------------------------------------------------------ progress
-
-class Progress:
-    """A one-line progress bar on stderr: `with Progress(n, "tuning") as p: ... p.step(text)`."""
-
-    def __init__(self, total: int, label: str, stream: Any = None, width: int = 24):
-        import sys
-        self.total = max(1, total)
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.width = width
-        self.done = 0
-
-    def __enter__(self) -> Progress:
-        self._draw("")
-        return self
-
-    def step(self, text: str = "") -> None:
-        self.done += 1
-        self._draw(text)
-
-    def _draw(self, text: str) -> None:
-        fill = int(self.width * self.done / self.total)
-        bar = "#" * fill + "." * (self.width - fill)
-        self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total} {text[:40]:<40}")
-        self.stream.flush()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stream.write("\n")
-        self.stream.flush()
-
-
 # ------------------------------------------------------------------------------ kdsl bench
 
 # `kdsl bench NAME` without --sizes sweeps these values of each library case's size parameter
@@ -311,7 +281,9 @@ def format_rows(rows: list[dict], roofs: dict[str, dict]) -> str:
 
 def plot(rows: list[dict], roofs: dict[str, dict], path: str) -> None:
     """Throughput per backend over the sweep, with each backend's roof as a dashed line."""
-    import matplotlib
+    from .extras import require
+
+    matplotlib = require("matplotlib", "kdsl bench --plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -7,6 +7,8 @@
                                                    every backend against the float64 reference
     kdsl bench NAME|FILE.py:KERNEL [--sizes ...] [--backends ...] [--json] [--plot out.png]
                                                    time, GB/s or GFLOP/s, fraction of roofline
+    kdsl cache info|clear                          the disk cache: where, how big; empty it
+    kdsl --version                                 (also `python -m kdsl ...`)
 
 Each subcommand is one entry of `COMMANDS`: a function adding its arguments and a function
 running it (returning the exit status); new subcommands are new entries.
@@ -88,7 +90,10 @@ def _probe_cuda() -> list[str]:
 def _probe_cpu() -> list[str]:
     import os
     import platform
-    return [f"{platform.machine()} host CPU, {os.cpu_count()} cores"]
+
+    from kdsl.backends.llvm_runtime import workers
+    used = f"{workers()} threads used (CPU affinity, KDSL_NUM_THREADS)"
+    return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {used}"]
 
 
 _PROBES: dict[str, Callable[[], list[str]]] = {
@@ -112,7 +117,7 @@ def _cmd_info_versions() -> int:
 
     print(f"{'kdsl':<18} {kdsl.__version__}")
     print(f"{'python':<18} {sys.version.split()[0]}")
-    for dist in ("numpy", "llvmlite", "pyopencl", "cupy-cuda13x", "nvidia-cuda-nvrtc"):
+    for dist in ("numpy", "llvmlite", "pyopencl", "cupy-cuda13x", "nvidia-cuda-nvrtc", "torch"):
         print(f"{dist:<18} {_version(dist)}")
     print("backends:")
     for name in all_backend_names():
@@ -339,6 +344,8 @@ def _add_compare(p: argparse.ArgumentParser) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
+    if args.plot and not _have_extra("matplotlib", "kdsl bench --plot"):
+        return 2  # said before the benchmark runs, not after
     rows, rooflines = bench.bench_cli(args.target, _csv(args.sizes), _csv(args.backends),
                                       args.dtype, args.rep)
     if args.json:
@@ -360,6 +367,46 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rep", type=float, default=100, help="ms measured per point")
     p.add_argument("--json", action="store_true", help="JSON on stdout")
     p.add_argument("--plot", default=None, metavar="OUT.png")
+
+
+def _have_extra(module: str, what: str) -> bool:
+    """Whether optional `module` is installed; if not, say which extra installs it."""
+    from .extras import MissingExtra, check
+    try:
+        check(module, what)
+    except MissingExtra as e:
+        print(f"kdsl: {e}", file=sys.stderr)
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------ cache
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .runtime import cache_limit as CL
+    from .runtime.cache import cache_dir
+    folder = cache_dir()
+    if args.action == "clear":
+        n = CL.clear(folder)
+        print(f"removed {n} files from {folder}")
+        return 0
+    try:
+        cap = CL.max_size()
+    except ValueError as e:
+        print(f"kdsl cache: {e}", file=sys.stderr)
+        return 2
+    use = CL.usage(folder)
+    print(f"{'folder':<14} {folder}")
+    for part, (files, size) in use.parts.items():
+        what = "entries" if part == "kernels" else "files"
+        print(f"{part:<14} {CL.format_size(size):>10}  {files} {what}")
+    limit = f"kernels capped at {CL.format_size(cap)}" if cap else "no cap"
+    print(f"{'total':<14} {CL.format_size(use.total):>10}  ({limit}: KDSL_CACHE_MAX_SIZE)")
+    return 0
+
+
+def _add_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("info", "clear"), nargs="?", default="info")
 
 
 # ------------------------------------------------------------------------------ port
@@ -400,11 +447,15 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
               cmd_bench),
     "port": ("print a Triton source file renamed to kdsl (tl. -> kd., docs/porting.md)",
              _add_port, cmd_port),
+    "cache": ("the disk cache of compiled kernels: `info` (folder, size) or `clear`",
+              _add_cache, cmd_cache),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kdsl import __version__
     parser = argparse.ArgumentParser(prog="kdsl", description="kdsl kernel DSL tools")
+    parser.add_argument("--version", action="version", version=f"kdsl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_, add, run) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)

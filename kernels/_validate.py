@@ -2,21 +2,34 @@
 backend choice and output allocation.
 
 Every library function turns its array arguments into `Arg`s first.  An `Arg` records the
-array kind (``numpy``, ``cupy`` or ``opencl``), the storage array a kernel receives, and the
-element type by name.  bfloat16 arrives in one of two spellings (docs/kernels.md):
+storage kind (``numpy``, ``cupy`` or ``opencl``), the storage array a kernel receives, the
+element type by name and the caller's kind (``torch`` for torch tensors), so that the result
+comes back as the kind of array the caller passed, in the caller's dtype.
+bfloat16 arrives in one of three spellings (docs/kernels.md):
 
 - `kdsl.runtime.binding.bfloat16_view(bits)` over a uint16 array of any kind (always works);
   the result comes back the same way, as a `bfloat16_view` over a new uint16 array;
-- an `ml_dtypes.bfloat16` NumPy array (when ml_dtypes is installed); the result is one too.
+- an `ml_dtypes.bfloat16` NumPy array (when ml_dtypes is installed); the result is one too;
+- a `torch.bfloat16` tensor, read through its int16 view; the result is a bfloat16 tensor.
+
+torch tensors are read in place through DLPack (a CPU tensor as a NumPy view, a CUDA tensor
+as a CuPy view); one with `requires_grad=True` is read through `.detach()`: the same memory,
+no copy, and the library call is not recorded by autograd (`kdsl.torch` adds gradients).
+
+Layouts: `as_arg(..., strided=True)` keeps a non-contiguous host array as it is, for kernels
+that take strides (`row_layout`, `blas_layout`, `unit_inner`: they copy only the layouts they
+cannot address); otherwise a non-contiguous NumPy/torch/CuPy input is copied to a contiguous
+array first.
 
 All checks run on the host before any launch and raise TypeError (wrong kind or dtype) or
-ValueError (shape, contiguity, values), naming the argument.
+ValueError (shape, values), naming the argument.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +50,7 @@ class Arg:
     shape: tuple[int, ...]
     spelling: str = "plain"  # "plain", "view" (bfloat16_view) or "ml_dtypes"
     ml_dtype: Any = None
+    caller: str = ""         # "torch" when the caller passed a torch tensor, else ""
 
     @property
     def kernel_arg(self) -> Any:
@@ -68,26 +82,81 @@ def _contiguous(x: Any, kind: str) -> bool:
     return bool(getattr(flags, "c_contiguous", True))
 
 
-def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ...] | None = None
-           ) -> Arg:
-    """Check array argument `name` (kind, dtype among `dtypes`, rank, C-contiguity)."""
-    spelling, ml = "plain", None
+def _is_torch(x: Any) -> bool:
+    return (type(x).__module__ or "").split(".", 1)[0] == "torch"
+
+
+def _from_torch(name: str, t: Any) -> tuple[Any, str]:
+    """(storage array viewing tensor `t` in place, kdsl dtype name).  bfloat16 goes through
+    the int16 view (NumPy and DLPack consumers lack bfloat16), as uint16 bits."""
+    import torch
+
+    if t.requires_grad:
+        t = t.detach()  # same memory; no autograd record
+    bf16 = t.dtype == torch.bfloat16
+    if bf16:
+        t = t.view(torch.int16)
+    if t.device.type == "cpu":
+        data = np.from_dlpack(t)
+    elif t.device.type == "cuda":
+        import cupy
+
+        data = cupy.from_dlpack(t)
+    else:
+        raise TypeError(f"{name}: a torch tensor on {t.device}; kdsl reads CPU and CUDA "
+                        f"tensors")
+    if bf16:
+        return data.view(np.uint16), "bfloat16"
+    return data, np.dtype(data.dtype).name
+
+
+def _to_torch(data: Any, dtype: str) -> Any:
+    """A torch tensor sharing storage array `data` (NumPy or CuPy) of kdsl dtype `dtype`."""
+    import torch
+
+    if dtype == "bfloat16":
+        return torch.from_dlpack(data.view(np.int16)).view(torch.bfloat16)
+    return torch.from_dlpack(data)
+
+
+def _contiguous_copy(name: str, data: Any, kind: str) -> Any:
+    if kind == "numpy":
+        return np.ascontiguousarray(data)
+    if kind == "cupy":
+        import cupy
+
+        return cupy.ascontiguousarray(data)
+    raise ValueError(f"{name}: array is not C-contiguous (shape {tuple(data.shape)}); pass a "
+                     f"contiguous copy")
+
+
+def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ...] | None = None,
+           strided: bool = False) -> Arg:
+    """Check array argument `name` (kind, dtype among `dtypes`, rank).  A non-contiguous input
+    is copied unless `strided` (the caller then addresses it through its strides)."""
+    spelling, ml, caller = "plain", None, ""
     if isinstance(x, DTypeView):
         if x.dtype.name != "bfloat16":
             raise TypeError(f"{name}: only bfloat16 views are accepted, got a {x.dtype} view")
         spelling, data, dtype = "view", x.array, "bfloat16"
+    elif _is_torch(x) and hasattr(x, "requires_grad"):
+        data, dtype = _from_torch(name, x)
+        caller = "torch"
     else:
         if hasattr(x, "__dlpack__") and _kind(x) is None and hasattr(x, "numpy"):
             x = np.from_dlpack(x)  # a CPU tensor of another library: view it as NumPy
         data = x
         dt = getattr(x, "dtype", None)
-        dtype = np.dtype(dt).name if dt is not None else None
+        try:
+            dtype = np.dtype(dt).name if dt is not None else None
+        except TypeError:
+            dtype = str(dt)
         if dtype == "bfloat16":  # ml_dtypes: hand the kernel the raw bits
             spelling, ml, data = "ml_dtypes", x.dtype, x.view(np.uint16)
     kind = _kind(data)
     if kind is None:
-        raise TypeError(f"{name}: expected a NumPy, CuPy or PyOpenCL array (or a "
-                        f"bfloat16_view of one), got {type(x).__name__}")
+        raise TypeError(f"{name}: expected a NumPy, CuPy or PyOpenCL array, a torch tensor "
+                        f"(or a bfloat16_view of an array), got {type(x).__name__}")
     if spelling == "view" and np.dtype(data.dtype).itemsize != 2:
         raise TypeError(f"{name}: a bfloat16 view needs 16-bit storage, got {data.dtype}")
     if dtype not in dtypes:
@@ -99,10 +168,9 @@ def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ..
         if len(shape) not in ranks:
             want = " or ".join(str(r) for r in ranks)
             raise ValueError(f"{name}: expected a {want}-D array, got shape {shape}")
-    if not _contiguous(data, kind):
-        raise ValueError(f"{name}: array is not C-contiguous (shape {shape}); pass a "
-                         f"contiguous copy")
-    return Arg(name, kind, data, dtype, shape, spelling, ml)
+    if not _contiguous(data, kind) and not (strided and kind == "numpy"):
+        data = _contiguous_copy(name, data, kind)
+    return Arg(name, kind, data, dtype, shape, spelling, ml, caller)
 
 
 def same_dtype(*args: Arg) -> None:
@@ -148,17 +216,101 @@ def empty(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> A
         import pyopencl.array as cla
         data = cla.empty(like.data.queue, shape, store)
     spelling = like.spelling if dtype == "bfloat16" else "plain"
-    return Arg(name, like.kind, data, dtype, tuple(shape), spelling, like.ml_dtype)
+    return Arg(name, like.kind, data, dtype, tuple(shape), spelling, like.ml_dtype, like.caller)
+
+
+def zeros(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> Arg:
+    """`empty`, filled with zeros (accumulation buffers)."""
+    out = empty(like, shape, dtype, name)
+    if out.kind == "opencl":
+        out.data.fill(0)
+    else:
+        out.data[...] = 0
+    return out
 
 
 def reshaped(arg: Arg, shape: tuple[int, ...]) -> Arg:
     """The same contiguous storage under another shape (no copy)."""
-    return Arg(arg.name, arg.kind, arg.data.reshape(shape), arg.dtype, tuple(shape),
-               arg.spelling, arg.ml_dtype)
+    return replace(arg, data=arg.data.reshape(shape), shape=tuple(shape))
+
+
+def contiguous(arg: Arg) -> Arg:
+    """`arg` itself when C-contiguous, else a contiguous copy."""
+    if _contiguous(arg.data, arg.kind):
+        return arg
+    return replace(arg, data=_contiguous_copy(arg.name, arg.data, arg.kind))
+
+
+def _elem_strides(arg: Arg) -> tuple[int, ...] | None:
+    """Element strides of a host array, None when a stride is not a whole element."""
+    item = arg.data.itemsize
+    st = arg.data.strides
+    if any(s % item for s in st):
+        return None
+    return tuple(s // item for s in st)
+
+
+def row_layout(arg: Arg) -> tuple[Arg, int]:
+    """(`arg` as a [rows, n] array whose columns are adjacent, its row stride in elements):
+    the kernels of row operations take a row stride, so a slice of rows or of a wider
+    buffer is read in place; a layout whose leading dimensions do not collapse into one row
+    stride is copied."""
+    n = arg.shape[-1] if arg.shape else 1
+    rows = int(np.prod(arg.shape[:-1], dtype=np.int64))
+    if not _contiguous(arg.data, arg.kind):
+        st = _elem_strides(arg)
+        if st is not None and (n <= 1 or st[-1] == 1):
+            # leading dims collapse when each stride is the next one times its extent
+            lead = [(e, s) for e, s in zip(arg.shape[:-1], st[:-1]) if e != 1]
+            if all(s0 == s1 * e1 for (_, s0), (e1, s1) in itertools.pairwise(lead)):
+                rs = lead[-1][1] if lead else n
+                view = np.lib.stride_tricks.as_strided(
+                    arg.data, (rows, n), (rs * arg.data.itemsize, arg.data.itemsize),
+                    writeable=False)
+                return replace(arg, data=view, shape=(rows, n)), rs
+        arg = contiguous(arg)
+    return reshaped(arg, (rows, n)), n
+
+
+def unit_inner(arg: Arg) -> tuple[Arg, tuple[int, ...]]:
+    """(`arg` with adjacent elements along its last axis, its element strides): the layout a
+    kernel taking one stride per leading axis reads in place; others are copied."""
+    if not _contiguous(arg.data, arg.kind):
+        st = _elem_strides(arg)
+        if st is not None and (arg.shape[-1] <= 1 or st[-1] == 1):
+            return arg, st
+        arg = contiguous(arg)
+    st = [1] * arg.ndim
+    for i in range(arg.ndim - 2, -1, -1):
+        st[i] = st[i + 1] * arg.shape[i + 1]
+    return arg, tuple(st)
+
+
+def blas_layout(arg: Arg) -> tuple[Arg, bool, int, int]:
+    """(arg, transposed, leading dimension, batch stride) of a [.., R, C] matrix operand, as
+    BLAS takes it: row-major with a row stride (`ld`) or column-major (`transposed`: element
+    (r, c) at `r + c * ld`, e.g. a `w.T` view); any other layout is copied."""
+    st = _elem_strides(arg) if not _contiguous(arg.data, arg.kind) else None
+    if st is None:
+        arg = contiguous(arg)
+        R, C = arg.shape[-2:]
+        return arg, False, C, R * C
+    R, C = arg.shape[-2:]
+    s0, s1 = st[-2:]
+    batch = st[0] if arg.ndim == 3 else 0
+    if C <= 1 or s1 == 1:
+        return arg, False, s0 if R > 1 else C, batch
+    if R <= 1 or s0 == 1:
+        return arg, True, s1 if C > 1 else R, batch
+    arg = contiguous(arg)
+    return arg, False, C, R * C
 
 
 def result(out: Arg) -> Any:
-    """`out` in the spelling its inputs used (bfloat16: a view or an ml_dtypes array)."""
+    """`out` in the kind and spelling its inputs used (torch tensors; bfloat16: a view, an
+    ml_dtypes array or a bfloat16 tensor)."""
+    if out.caller == "torch":
+        return _to_torch(out.data, out.dtype)
     if out.dtype != "bfloat16":
         return out.data
     if out.spelling == "ml_dtypes":

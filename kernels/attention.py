@@ -9,7 +9,9 @@ exp(m_old - m_new) (online softmax): the seq_q x seq_k score matrix never exists
 masking is aligned to the end, as in inference with a prefix already cached: query i sees keys
 j <= i + (seq_k - seq_q); causal needs seq_q <= seq_k so that every query sees a key.  The key
 loop stops at the last key the block's last query sees, so fully masked key tiles are never
-loaded.  dim need not be a power of two (the tile is padded and masked).
+loaded.  dim need not be a power of two (the tile is padded and masked).  q, k and v are read through
+their batch, head and sequence strides (the head dim adjacent): `x.transpose(1, 2)` of a
+[batch, seq, heads, dim] tensor is read in place; the output is contiguous.
 
 decode_attention: one query token per sequence, q [batch, heads, dim]; caches
 [num_blocks, block_size, kv_heads, dim] (vLLM layout); block_table [batch, max_blocks] int32
@@ -38,27 +40,30 @@ from ._validate import (
     result,
     same_dtype,
     to_host,
+    unit_inner,
 )
 
 
 @kd.jit
 def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, seq_k, dim,
-                           scale, CAUSAL: kd.constexpr, BLOCK_M: kd.constexpr,
+                           scale, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs,
+                           CAUSAL: kd.constexpr, BLOCK_M: kd.constexpr,
                            BLOCK_N: kd.constexpr, BLOCK_D: kd.constexpr):
+    # s{q,k,v}{b,h,s}: element strides of batch, head and sequence (the head dim is unit)
     start_m = kd.program_id(0)
     bh = kd.program_id(1)
     batch = bh // heads
     head = bh % heads
     kv_head = head // (heads // kv_heads)
-    q_ptr += bh * seq_q * dim
+    q_ptr += batch * sqb + head * sqh
     o_ptr += bh * seq_q * dim
-    k_ptr += (batch * kv_heads + kv_head) * seq_k * dim
-    v_ptr += (batch * kv_heads + kv_head) * seq_k * dim
+    k_ptr += batch * skb + kv_head * skh
+    v_ptr += batch * svb + kv_head * svh
     offs_m = start_m * BLOCK_M + kd.arange(0, BLOCK_M)
     offs_d = kd.arange(0, BLOCK_D)
     d_mask = offs_d[None, :] < dim
     q_mask = (offs_m[:, None] < seq_q) & d_mask
-    q = kd.load(q_ptr + offs_m[:, None] * dim + offs_d[None, :], mask=q_mask, other=0.0)
+    q = kd.load(q_ptr + offs_m[:, None] * sqs + offs_d[None, :], mask=q_mask, other=0.0)
     m_i = kd.full((BLOCK_M,), -float("inf"), kd.float32)
     l_i = kd.zeros((BLOCK_M,), kd.float32)
     acc = kd.zeros((BLOCK_M, BLOCK_D), kd.float32)
@@ -69,8 +74,8 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, s
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + kd.arange(0, BLOCK_N)
         kv_mask = (offs_n[:, None] < seq_k) & d_mask
-        k = kd.load(k_ptr + offs_n[:, None] * dim + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = kd.load(v_ptr + offs_n[:, None] * dim + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = kd.load(k_ptr + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = kd.load(v_ptr + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
         s = kd.dot(q, kd.trans(k)) * scale
         keep = offs_n[None, :] < seq_k
         if CAUSAL:
@@ -142,9 +147,31 @@ def _gqa(heads: int, kv_heads: int, what: str) -> None:
 def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None = None,
               backend: str | None = None) -> Any:
     """softmax(q k^T * scale [+ causal mask]) v on [batch, heads, seq, dim] arrays."""
-    q_ = as_arg("q", q, FLOATS, ndim=4)
-    k_ = as_arg("k", k, FLOATS, ndim=4)
-    v_ = as_arg("v", v, FLOATS, ndim=4)
+    q_, k_, v_ = _check_qkv(q, k, v, causal)
+    B, H, Sq, D = q_.shape
+    KVH, Sk = k_.shape[1], k_.shape[2]
+    s = _scale(scale, D)
+    be = resolve_backend(backend, q_, k_, v_)
+    out = empty(q_, q_.shape, q_.dtype)
+    if B * H * Sq * D == 0:
+        return result(out)
+    if Sk == 0:
+        raise ValueError("k: seq_k is 0: softmax over no keys is undefined")
+    meta = configs.pick(configs.ATTENTION, be, Sq)
+    grid = (kd.cdiv(Sq, meta["BLOCK_M"]), B * H)
+    (q_, sq), (k_, sk), (v_, sv) = unit_inner(q_), unit_inner(k_), unit_inner(v_)
+    flash_attention_kernel[grid](q_.kernel_arg, k_.kernel_arg, v_.kernel_arg, out.kernel_arg,
+                                 H, KVH, Sq, Sk, D, s, *sq[:3], *sk[:3], *sv[:3],
+                                 CAUSAL=bool(causal),
+                                 BLOCK_D=max(16, next_pow2(D)), backend=be, **meta)
+    return result(out)
+
+
+def _check_qkv(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any, Any]:
+    """The checked `Arg`s of attention's q, k, v (shapes, dtypes, grouped heads, causal)."""
+    q_ = as_arg("q", q, FLOATS, ndim=4, strided=True)
+    k_ = as_arg("k", k, FLOATS, ndim=4, strided=True)
+    v_ = as_arg("v", v, FLOATS, ndim=4, strided=True)
     same_dtype(q_, k_, v_)
     B, H, Sq, D = q_.shape
     if k_.shape[0] != B or k_.shape[3] != D:
@@ -157,19 +184,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
     if causal and Sq > Sk:
         raise ValueError(f"causal: seq_q {Sq} > seq_k {Sk} leaves the first queries with no "
                          f"visible key (causal masking is aligned to the end)")
-    s = _scale(scale, D)
-    be = resolve_backend(backend, q_, k_, v_)
-    out = empty(q_, q_.shape, q_.dtype)
-    if B * H * Sq * D == 0:
-        return result(out)
-    if Sk == 0:
-        raise ValueError("k: seq_k is 0: softmax over no keys is undefined")
-    meta = configs.pick(configs.ATTENTION, be, Sq)
-    grid = (kd.cdiv(Sq, meta["BLOCK_M"]), B * H)
-    flash_attention_kernel[grid](q_.kernel_arg, k_.kernel_arg, v_.kernel_arg, out.kernel_arg,
-                                 H, KVH, Sq, Sk, D, s, CAUSAL=bool(causal),
-                                 BLOCK_D=max(16, next_pow2(D)), backend=be, **meta)
-    return result(out)
+    return q_, k_, v_
 
 
 def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any,

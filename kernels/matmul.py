@@ -5,7 +5,9 @@ Tiled: each program computes a BLOCK_M x BLOCK_N tile of the output, walking K i
 steps with a float32 accumulator; programs are ordered in groups of GROUP_M tile rows so that
 consecutive programs share B tiles (cache reuse).  Ragged edges are masked.  Batched: `a`
 [B, M, K] with `b` [B, K, N] or a shared `b` [K, N]; the batch is grid axis 1.
-Inputs float32 / float16 / bfloat16 (a and b alike); the output has their dtype.
+Inputs float32 / float16 / bfloat16 (a and b alike); the output has their dtype.  a and b are
+read in a BLAS layout, row-major with a row stride or column-major (a transposed view such as
+torch's `w.t()`), chosen at compile time; other layouts are copied first.
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ import kdsl as kd
 from kdsl.autotune import enabled as autotune_enabled
 
 from . import configs
-from ._validate import FLOATS, Arg, as_arg, check_shape, empty, resolve_backend, result, same_dtype
+from ._validate import (
+    FLOATS,
+    Arg,
+    as_arg,
+    blas_layout,
+    check_shape,
+    empty,
+    resolve_backend,
+    result,
+    same_dtype,
+)
 
 # activation name -> the constexpr code the kernel branches on at compile time
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
@@ -50,9 +62,12 @@ def grouped_tile(M, N, BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, GROUP_M: kd
 
 
 @kd.jit
-def matmul_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_ab, stride_bb,
+def matmul_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_ab, stride_bb, lda, ldb,
                   BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
-                  GROUP_M: kd.constexpr, HAS_BIAS: kd.constexpr, ACT: kd.constexpr):
+                  GROUP_M: kd.constexpr, HAS_BIAS: kd.constexpr, ACT: kd.constexpr,
+                  A_T: kd.constexpr = False, B_T: kd.constexpr = False):
+    # BLAS layouts: a[m, k] at m * lda + k, or at m + k * lda when A_T (column-major, e.g. a
+    # transposed view); b[k, n] likewise with ldb and B_T.  The unit stride is compile-time.
     pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = kd.program_id(1)
     a_ptr += batch * stride_ab
@@ -64,10 +79,16 @@ def matmul_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_ab, stride_bb,
     acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + rk
-        a = kd.load(a_ptr + rm[:, None] * K + ks[None, :],
-                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
-        b = kd.load(b_ptr + ks[:, None] * N + rn[None, :],
-                    mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if A_T:
+            a_offs = rm[:, None] + ks[None, :] * lda
+        else:
+            a_offs = rm[:, None] * lda + ks[None, :]
+        if B_T:
+            b_offs = ks[:, None] + rn[None, :] * ldb
+        else:
+            b_offs = ks[:, None] * ldb + rn[None, :]
+        a = kd.load(a_ptr + a_offs, mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = kd.load(b_ptr + b_offs, mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc = kd.dot(a, b, acc)
     if HAS_BIAS:
         acc += kd.load(bias_ptr + rn, mask=rn < N, other=0.0).to(kd.float32)[None, :]
@@ -92,11 +113,16 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
     out = empty(a, out_shape, a.dtype)
     if M == 0 or N == 0 or batch == 0:
         return out
-    stride_bb = K * N if b.ndim == 3 else 0
+    a, a_t, lda, stride_ab = blas_layout(a)
+    b, b_t, ldb, stride_bb = blas_layout(b)
+    if b.ndim == 2:
+        stride_bb = 0  # one b shared by the batch
     args = (a.kernel_arg, b.kernel_arg,
             (bias if bias is not None else a).kernel_arg,  # unread when no bias
-            out.kernel_arg, M, N, K, M * K, stride_bb)
-    flags = dict(HAS_BIAS=bias is not None, ACT=act)
+            out.kernel_arg, M, N, K, stride_ab, stride_bb, lda, ldb)
+    flags = {"HAS_BIAS": bias is not None, "ACT": act}
+    if a_t or b_t:  # the defaults stay out of the specialisation of the common case
+        flags.update(A_T=a_t, B_T=b_t)
     if a.kind == "numpy" and backend != "interp" and autotune_enabled():
         # host arrays: the autotuner picks the fastest configuration that agrees with the
         # table's (per backend, device and (M, N, K); cached on disk; KDSL_AUTOTUNE=0 skips it)
@@ -130,8 +156,8 @@ def _tuner(backend: str, size: int) -> Any:
 def matmul(a: Any, b: Any, bias: Any = None, activation: str | None = None,
            backend: str | None = None) -> Any:
     """act(a @ b + bias); a [M, K] or [B, M, K], b [K, N] or [B, K, N], bias [N]."""
-    a_ = as_arg("a", a, FLOATS, ndim=(2, 3))
-    b_ = as_arg("b", b, FLOATS, ndim=(2, 3))
+    a_ = as_arg("a", a, FLOATS, ndim=(2, 3), strided=True)
+    b_ = as_arg("b", b, FLOATS, ndim=(2, 3), strided=True)
     same_dtype(a_, b_)
     act = check_activation(activation)
     if b_.ndim == 3 and a_.ndim != 3:

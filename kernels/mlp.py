@@ -44,7 +44,7 @@ def mlp(x: Any, w_gate: Any, w_up: Any, w_down: Any, backend: str | None = None)
     x_ = as_arg("x", x, FLOATS, ndim=2)
     wg = as_arg("w_gate", w_gate, FLOATS, ndim=2)
     wu = as_arg("w_up", w_up, FLOATS, ndim=2)
-    wd = as_arg("w_down", w_down, FLOATS, ndim=2)
+    wd = as_arg("w_down", w_down, FLOATS, ndim=2, strided=True)  # matmul takes its layout
     same_dtype(x_, wg, wu, wd)
     M, K = x_.shape
     if wg.shape[0] != K:

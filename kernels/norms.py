@@ -1,6 +1,7 @@
 """Row normalisations: `layer_norm(x, weight, bias, eps)` and `rms_norm(x, weight, eps)`.
 
-One program per row over the last dimension (leading dimensions are flattened).  The row is
+One program per row over the last dimension (leading dimensions are flattened, and read
+through a row stride: a slice of rows or of a wider buffer is read in place).  The row is
 walked in tiles of BLOCK (the whole row when it fits `configs.FUSED_ROW_MAX`, so the loops run
 once); statistics are accumulated per lane in float32 and reduced at the end, whatever the
 input dtype: mean, then the centred variance (two passes: no cancellation), then the output
@@ -27,13 +28,14 @@ from ._validate import (
     reshaped,
     resolve_backend,
     result,
+    row_layout,
 )
 
 
 @kd.jit
-def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, eps, BLOCK: kd.constexpr):
+def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.constexpr):
     row = kd.program_id(0)
-    x_ptr += row * N
+    x_ptr += row * x_row_stride
     y_ptr += row * N
     acc = kd.zeros((BLOCK,), kd.float32)
     for off in range(0, N, BLOCK):
@@ -57,9 +59,9 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, eps, BLOCK: kd.constexpr):
 
 
 @kd.jit
-def rms_norm_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK: kd.constexpr):
+def rms_norm_kernel(x_ptr, w_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.constexpr):
     row = kd.program_id(0)
-    x_ptr += row * N
+    x_ptr += row * x_row_stride
     y_ptr += row * N
     acc = kd.zeros((BLOCK,), kd.float32)
     for off in range(0, N, BLOCK):
@@ -80,7 +82,7 @@ def _block(n: int, backend: str) -> int:
 
 
 def _rows(x_in: Any, weight: Any, *more: tuple[str, Any]):
-    x = as_arg("x", x_in, FLOATS)
+    x = as_arg("x", x_in, FLOATS, strided=True)
     if x.ndim == 0:
         raise ValueError("x: expected at least a 1-D array, got a scalar")
     n = x.shape[-1]
@@ -101,9 +103,10 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5,
     out = empty(x, x.shape, x.dtype)
     if n and rows:
         block = _block(n, be)
+        xin, stride = row_layout(x)
         layer_norm_kernel[(rows,)](
-            reshaped(x, (rows, n)).kernel_arg, w.kernel_arg, b.kernel_arg,
-            reshaped(out, (rows, n)).kernel_arg, n, eps, BLOCK=block, backend=be,
+            xin.kernel_arg, w.kernel_arg, b.kernel_arg,
+            reshaped(out, (rows, n)).kernel_arg, n, stride, eps, BLOCK=block, backend=be,
             **configs.pick(configs.ROW, be, block))
     return result(out)
 
@@ -116,8 +119,9 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None)
     out = empty(x, x.shape, x.dtype)
     if n and rows:
         block = _block(n, be)
+        xin, stride = row_layout(x)
         rms_norm_kernel[(rows,)](
-            reshaped(x, (rows, n)).kernel_arg, w.kernel_arg,
-            reshaped(out, (rows, n)).kernel_arg, n, eps, BLOCK=block, backend=be,
+            xin.kernel_arg, w.kernel_arg,
+            reshaped(out, (rows, n)).kernel_arg, n, stride, eps, BLOCK=block, backend=be,
             **configs.pick(configs.ROW, be, block))
     return result(out)

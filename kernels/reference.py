@@ -1,7 +1,7 @@
 """float64 NumPy references of every library kernel, with the same signatures.
 
-Each accepts what the kernel accepts (NumPy arrays, device arrays, bfloat16 views or
-ml_dtypes arrays), computes in float64 on the host and returns a float64 NumPy array.  They are
+Each accepts what the kernel accepts (NumPy arrays, device arrays, torch tensors, bfloat16
+views or ml_dtypes arrays), computes in float64 on the host and returns a float64 NumPy array.  They are
 the ground truth of the tests (never another backend).
 """
 
@@ -17,8 +17,23 @@ from kdsl.runtime.binding import DTypeView
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
+def _torch_host(x: Any, dtype: Any = None) -> np.ndarray | None:
+    """A NumPy copy of a torch tensor (bfloat16 and autograd tensors included), else None."""
+    if (type(x).__module__ or "").split(".", 1)[0] != "torch" or not hasattr(x, "detach"):
+        return None
+    import torch
+
+    t = x.detach().cpu()
+    if dtype is not None or t.dtype == torch.bfloat16:
+        t = t.to(torch.float64)  # exact for every float dtype
+    return t.numpy()
+
+
 def to_float64(x: Any) -> np.ndarray:
     """A float64 host copy of an array in any spelling the library accepts."""
+    t = _torch_host(x, np.float64)
+    if t is not None:
+        return t
     if isinstance(x, DTypeView):  # bfloat16 bits
         bits = x.array.get() if hasattr(x.array, "get") else np.asarray(x.array)
         return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -29,6 +44,9 @@ def to_float64(x: Any) -> np.ndarray:
 
 
 def _host(x: Any) -> np.ndarray:
+    t = _torch_host(x)
+    if t is not None:
+        return t
     if not isinstance(x, np.ndarray) and hasattr(x, "get"):
         return x.get()
     return np.asarray(x)
@@ -140,6 +158,67 @@ def dequantize(w_q: Any, scales: Any, group_size: int, bits: int) -> np.ndarray:
 def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
                  backend: str | None = None) -> np.ndarray:
     return to_float64(x) @ dequantize(w_q, scales, group_size, bits)
+
+
+# ------------------------------------------------------------------------------ gradients
+
+def softmax_backward(dy: Any, y: Any, axis: int = -1, backend: str | None = None) -> np.ndarray:
+    """Input gradient of softmax from the output gradient `dy` and the output `y`."""
+    dy, y = to_float64(dy), to_float64(y)
+    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+
+
+def _norm_grads(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, w: np.ndarray,
+                centred: bool) -> tuple[np.ndarray, np.ndarray]:
+    g = dy * w
+    dx = g - xhat * (g * xhat).mean(-1, keepdims=True)
+    if centred:
+        dx = dx - g.mean(-1, keepdims=True)
+    lead = tuple(range(dy.ndim - 1))
+    return dx * rstd, (dy * xhat).sum(axis=lead)
+
+
+def layer_norm_backward(dy: Any, x: Any, weight: Any, bias: Any, eps: float = 1e-5,
+                        backend: str | None = None) -> tuple[np.ndarray, ...]:
+    """(dx, dweight, dbias) of layer_norm."""
+    dy, x = to_float64(dy), to_float64(x)
+    mean = x.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + eps)
+    dx, dw = _norm_grads(dy, (x - mean) * rstd, rstd, to_float64(weight), True)
+    return dx, dw, dy.sum(axis=tuple(range(dy.ndim - 1)))
+
+
+def rms_norm_backward(dy: Any, x: Any, weight: Any, eps: float = 1e-6,
+                      backend: str | None = None) -> tuple[np.ndarray, ...]:
+    """(dx, dweight) of rms_norm."""
+    dy, x = to_float64(dy), to_float64(x)
+    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    return _norm_grads(dy, x * rstd, rstd, to_float64(weight), False)
+
+
+def attention_backward(do: Any, q: Any, k: Any, v: Any, o: Any, causal: bool = False,
+                       scale: float | None = None, backend: str | None = None
+                       ) -> tuple[np.ndarray, ...]:
+    """(dq, dk, dv) of attention; `o` is not read (delta comes from the exact P)."""
+    do, q, k, v = to_float64(do), to_float64(q), to_float64(k), to_float64(v)
+    heads, kv_heads = q.shape[1], k.shape[1]
+    group = heads // kv_heads
+    kr, vr = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.einsum("bhmd,bhnd->bhmn", q, kr) * scale
+    if causal:
+        sq, sk = q.shape[2], k.shape[2]
+        s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dv = np.einsum("bhmn,bhmd->bhnd", p, do)
+    dp = np.einsum("bhmd,bhnd->bhmn", do, vr)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True))
+    dq = np.einsum("bhmn,bhnd->bhmd", ds, kr) * scale
+    dk = np.einsum("bhmn,bhmd->bhnd", ds, q) * scale
+    b, _, sk, d = k.shape
+    fold = (b, kv_heads, group, sk, d)  # a kv head's gradient sums its query heads'
+    return dq, dk.reshape(fold).sum(2), dv.reshape(fold).sum(2)
 
 
 def cast(x: Any, dtype: str) -> Any:

@@ -1,11 +1,12 @@
-"""Row softmax: `softmax(x, axis=-1)`.
+"""Row softmax: `softmax(x, axis=-1)`, and its gradient `softmax_backward(dy, y, axis=-1)`.
 
 One program per row.  A row of up to `configs.FUSED_ROW_MAX` elements is held in one tile and
 read once (fused: max, exp, sum, divide).  Longer rows use the online form: a first pass keeps
 a running maximum and a running sum rescaled whenever the maximum grows, a second pass writes
 exp(x - max) / sum.  Statistics are float32 for every input dtype; the output has the input's.
-Leading dimensions are flattened into rows; any other axis is moved last by a copy (and the
-result moved back), which costs one extra read and write of the array.
+Leading dimensions are flattened into rows, read through a row stride (a slice of rows or
+of a wider buffer is read in place); any other axis is moved last by a copy (and the result
+moved back), which costs one extra read and write of the array.
 """
 
 from __future__ import annotations
@@ -17,22 +18,35 @@ import numpy as np
 import kdsl as kd
 
 from . import configs
-from ._validate import FLOATS, Arg, as_arg, empty, next_pow2, reshaped, resolve_backend, result
+from ._validate import (
+    FLOATS,
+    Arg,
+    as_arg,
+    empty,
+    next_pow2,
+    replace,
+    reshaped,
+    resolve_backend,
+    result,
+    row_layout,
+    same_dtype,
+)
 
 
 @kd.jit
-def softmax_fused_kernel(x_ptr, y_ptr, n_cols, BLOCK: kd.constexpr):
+def softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexpr):
     row = kd.program_id(0)
     cols = kd.arange(0, BLOCK)
     mask = cols < n_cols
-    x = kd.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf")).to(kd.float32)
+    x = kd.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(kd.float32)
     num = kd.exp(x - kd.max(x, axis=0))
     kd.store(y_ptr + row * n_cols + cols, num / kd.sum(num, axis=0), mask=mask)
 
 
 @kd.jit
-def softmax_online_kernel(x_ptr, y_ptr, n_cols, BLOCK: kd.constexpr):
+def softmax_online_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexpr):
     row = kd.program_id(0)
+    x_ptr += row * x_row_stride
     base = row * n_cols
     # Running row maximum `m` and sum `s` of exp(x - m), rescaled whenever the maximum grows:
     # one exp per element per pass, and the per-tile max/sum reductions vectorise.
@@ -40,7 +54,7 @@ def softmax_online_kernel(x_ptr, y_ptr, n_cols, BLOCK: kd.constexpr):
     s = 0.0
     for off in range(0, n_cols, BLOCK):
         cols = off + kd.arange(0, BLOCK)
-        x = kd.load(x_ptr + base + cols, mask=cols < n_cols, other=-float("inf")).to(kd.float32)
+        x = kd.load(x_ptr + cols, mask=cols < n_cols, other=-float("inf")).to(kd.float32)
         m_new = kd.maximum(m, kd.max(x, axis=0))
         # while every element so far is -inf, exp(-inf - -inf) would be nan: shift by 0 instead
         safe = kd.where(m_new == -float("inf"), 0.0, m_new)
@@ -50,7 +64,7 @@ def softmax_online_kernel(x_ptr, y_ptr, n_cols, BLOCK: kd.constexpr):
     for off in range(0, n_cols, BLOCK):
         cols = off + kd.arange(0, BLOCK)
         mask = cols < n_cols
-        x = kd.load(x_ptr + base + cols, mask=mask, other=-float("inf")).to(kd.float32)
+        x = kd.load(x_ptr + cols, mask=mask, other=-float("inf")).to(kd.float32)
         kd.store(y_ptr + base + cols, kd.exp(x - m) * inv, mask=mask)
 
 
@@ -63,12 +77,12 @@ def _move_last(x: Arg, axis: int) -> Arg:
     else:
         xp = np if x.kind == "numpy" else __import__("cupy")
         data = xp.ascontiguousarray(xp.moveaxis(x.data, axis, -1))
-    return Arg(x.name, x.kind, data, x.dtype, tuple(data.shape), x.spelling, x.ml_dtype)
+    return replace(x, data=data, shape=tuple(data.shape))
 
 
 def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
     """Softmax of `x` along `axis` (float32/float16/bfloat16; output in x's dtype and kind)."""
-    a = as_arg("x", x, FLOATS)
+    a = as_arg("x", x, FLOATS, strided=True)
     if a.ndim == 0:
         raise ValueError("x: expected at least a 1-D array, got a scalar")
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
@@ -86,16 +100,16 @@ def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
     out = empty(a, a.shape, a.dtype)
     if n == 0 or rows == 0:
         return result(out)
-    xin, yout = reshaped(a, (rows, n)), reshaped(out, (rows, n))
+    (xin, stride), yout = row_layout(a), reshaped(out, (rows, n))
     if n <= configs.FUSED_ROW_MAX:
         block = next_pow2(n)
         meta = configs.pick(configs.ROW, be, block)
-        softmax_fused_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, BLOCK=block,
+        softmax_fused_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, stride, BLOCK=block,
                                       backend=be, **meta)
     else:
         block = configs.row_loop_block(be)
         meta = configs.pick(configs.ROW, be, block)
-        softmax_online_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, BLOCK=block,
+        softmax_online_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, stride, BLOCK=block,
                                        backend=be, **meta)
     return result(out)
 
@@ -109,4 +123,61 @@ def _move_back(y: Arg, axis: int) -> Arg:
     else:
         xp = np if y.kind == "numpy" else __import__("cupy")
         data = xp.ascontiguousarray(xp.moveaxis(y.data, -1, axis))
-    return Arg(y.name, y.kind, data, y.dtype, tuple(data.shape), y.spelling, y.ml_dtype)
+    return replace(y, data=data, shape=tuple(data.shape))
+
+
+# ------------------------------------------------------------------------------ backward
+
+@kd.jit
+def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride,
+                            BLOCK: kd.constexpr):
+    # dx = y * (dy - sum(dy * y)): one pass for the row's dot product, one for dx (a row that
+    # fits one tile is read from the cache the second time)
+    row = kd.program_id(0)
+    y_ptr += row * y_row_stride
+    dy_ptr += row * dy_row_stride
+    dx_ptr += row * n_cols
+    acc = kd.zeros((BLOCK,), kd.float32)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        mask = cols < n_cols
+        y = kd.load(y_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        acc += y * kd.load(dy_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+    dot = kd.sum(acc, axis=0)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        mask = cols < n_cols
+        y = kd.load(y_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        dy = kd.load(dy_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+        kd.store(dx_ptr + cols, y * (dy - dot), mask=mask)
+
+
+def softmax_backward(dy: Any, y: Any, axis: int = -1, backend: str | None = None) -> Any:
+    """Gradient of `softmax` with respect to its input, from the output gradient `dy` and the
+    forward output `y`: y * (dy - sum(dy * y, axis)), in y's dtype and kind."""
+    g = as_arg("dy", dy, FLOATS, strided=True)
+    a = as_arg("y", y, FLOATS, strided=True)
+    same_dtype(a, g)
+    if g.shape != a.shape:
+        raise ValueError(f"dy: expected y's shape {a.shape}, got {g.shape}")
+    if a.ndim == 0:
+        raise ValueError("y: expected at least a 1-D array, got a scalar")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -a.ndim <= axis < a.ndim:
+        raise ValueError(f"axis: {axis!r} is out of range for a {a.ndim}-D array")
+    axis = int(axis) % a.ndim
+    be = resolve_backend(backend, a, g)
+    if axis != a.ndim - 1:
+        out = softmax_backward(result(_move_last(g, axis)), result(_move_last(a, axis)), -1, be)
+        return result(_move_back(as_arg("out", out, FLOATS), axis))
+    n = a.shape[-1]
+    rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    out = empty(a, a.shape, a.dtype, "dx")
+    if n and rows:
+        (yin, ys), (gin, gs) = row_layout(a), row_layout(g)
+        block = next_pow2(n) if n <= configs.FUSED_ROW_MAX else configs.row_loop_block(be)
+        softmax_backward_kernel[(rows,)](yin.kernel_arg, gin.kernel_arg,
+                                         reshaped(out, (rows, n)).kernel_arg, n, ys, gs,
+                                         BLOCK=block, backend=be,
+                                         **configs.pick(configs.ROW, be, block))
+    return result(out)

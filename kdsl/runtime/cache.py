@@ -12,8 +12,10 @@ the entry and recompiles.  A per-key `flock` around compile+store keeps concurre
 from compiling the same kernel twice; a waiter gives up after `KDSL_CACHE_LOCK_TIMEOUT`
 seconds (default 30: a stalled or stopped process must not block others) and compiles
 privately.  A temporary file left by a process killed between write and rename is removed by
-the next store into its folder once it is an hour old.  `KDSL_CACHE_DIR` and `KDSL_CACHE`
-(0 disables the disk cache) are read at each use.
+the next store into its folder once it is an hour old.  `KDSL_CACHE_DIR` (else
+`$XDG_CACHE_HOME/kdsl`, else `~/.cache/kdsl`) and `KDSL_CACHE` (0 disables the disk cache) are
+read at each use; `KDSL_CACHE_MAX_SIZE` caps the entries' total size (`cache_limit.py`,
+least recently used first out).
 """
 
 from __future__ import annotations
@@ -45,7 +47,15 @@ except ImportError:  # pragma: no cover - not POSIX: renames alone keep entries 
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("KDSL_CACHE_DIR") or Path.home() / ".cache" / "kdsl")
+    """`KDSL_CACHE_DIR`, else `$XDG_CACHE_HOME/kdsl` (an absolute XDG_CACHE_HOME only, as the
+    XDG spec says), else `~/.cache/kdsl`."""
+    explicit = os.environ.get("KDSL_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "kdsl"
+    return Path.home() / ".cache" / "kdsl"
 
 
 def enabled() -> bool:
@@ -116,6 +126,9 @@ def store(key: str, payload: dict[str, Any]) -> bool:
             raise
     except OSError:
         return False
+    from .cache_limit import note_stored
+
+    note_stored(cache_dir(), len(MAGIC) + _DIGEST + len(data))
     return True
 
 
@@ -151,6 +164,8 @@ def load(key: str) -> dict[str, Any] | None:
         if not isinstance(payload, dict) or payload.get("format") != FORMAT \
                 or payload.get("key") != key:
             raise ValueError("unexpected payload")
+        with contextlib.suppress(OSError):
+            os.utime(path)  # last use: the size cap evicts the least recently used entries
         return payload
     except Exception:
         discard(key)

@@ -28,6 +28,15 @@ def skip_heavy(backend: str, dtype: str) -> None:
         pytest.skip(f"slow: {dtype} variant compiles for seconds on PoCL; set KDSL_SLOW=1")
 
 
+def slow_on_opencl(backend: str, why: str) -> None:
+    """Skip, visibly, a test on opencl unless slow tests run: its many kernel variants would
+    take PoCL minutes to compile, and the code it checks does not depend on the backend."""
+    import os
+
+    if backend == "opencl" and os.environ.get("KDSL_SLOW", "") in ("", "0"):
+        pytest.skip(f"slow on opencl ({why}); set KDSL_SLOW=1")
+
+
 def check(actual, expected, dtype: str, k: int, k_out: int = 1) -> None:
     """Compare a kernel's output with its float64 reference under the mixed-precision rule of
     docs/numerics.md: a float32 reduction of length `k`, then `k_out` roundings to `dtype`

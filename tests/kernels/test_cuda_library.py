@@ -38,6 +38,14 @@ def _calls(dtype: str):
     for causal in (False, True):
         yield f"attention_causal{causal}", lambda causal=causal: K.attention(
             r(1, 4, 64, 64), r(1, 2, 64, 64), r(1, 2, 64, 64), causal=causal, backend="cuda")
+    yield "softmax_backward", lambda: K.softmax_backward(r(4, 100), r(4, 100), backend="cuda")
+    yield "layer_norm_backward", lambda: K.layer_norm_backward(r(4, 64), r(4, 64), f32, f32,
+                                                               backend="cuda")
+    yield "rms_norm_backward", lambda: K.rms_norm_backward(r(4, 64), r(4, 64), f32,
+                                                           backend="cuda")
+    yield "attention_backward", lambda: K.attention_backward(
+        r(1, 4, 64, 64), r(1, 4, 64, 64), r(1, 2, 64, 64), r(1, 2, 64, 64), r(1, 4, 64, 64),
+        causal=True, backend="cuda")
     table = np.arange(8, dtype=np.int32).reshape(2, 4)
     yield "decode", lambda: K.decode_attention(
         r(2, 4, 64), r(8, 16, 2, 64), r(8, 16, 2, 64), table, np.array([30, 64], np.int32),

@@ -52,8 +52,6 @@ def test_bad_inputs():
         matmul(a32, b32, bias=np.zeros(5, np.float32))
     with pytest.raises(ValueError, match="a: expected a 2 or 3-D array"):
         matmul(np.zeros(5, np.float32), b32)
-    with pytest.raises(ValueError, match="backend 'llvm' cannot use|not C-contiguous"):
-        matmul(np.zeros((5, 4), np.float32).T, b32)
 
 
 @pytest.mark.autotune

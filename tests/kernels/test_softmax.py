@@ -44,7 +44,5 @@ def test_bad_inputs():
         softmax(np.zeros((2, 3), np.int32))
     with pytest.raises(ValueError, match="axis"):
         softmax(np.zeros((2, 3), np.float32), axis=2)
-    with pytest.raises(ValueError, match="x: array is not C-contiguous"):
-        softmax(np.zeros((4, 6), np.float32)[:, ::2])
     with pytest.raises(TypeError, match="x: expected a NumPy"):
         softmax([1.0, 2.0])

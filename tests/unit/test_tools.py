@@ -50,7 +50,11 @@ def test_do_bench_backend_and_overhead(backend):
 
 
 def test_progress_bar():
-    s = io.StringIO()
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    s = Tty()  # a bar on a terminal; plain lines elsewhere (tests/unit/test_terminal.py)
     with bench.Progress(2, "work", stream=s) as p:
         p.step("a")
         p.step("b")
