@@ -100,8 +100,9 @@ def test_wheel_metadata(dists):
     assert meta["License-Expression"] == "Apache-2.0"
     assert not [c for c in meta.get_all("Classifier") if c.startswith("License ::")]
     assert "Typing :: Typed" in meta.get_all("Classifier")
-    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
-    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls)
+    # no project URL until the project has a public home (none is invented)
+    for u in meta.get_all("Project-URL") or ():
+        assert u.split(", ", 1)[1].startswith("https://"), u
     assert meta["Version"] == kdsl.__version__
     requires = meta.get_all("Requires-Dist")
     torch_reqs = [r for r in requires if r.startswith("torch")]
