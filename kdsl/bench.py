@@ -247,12 +247,14 @@ def _workloads(target: str, sizes: list[str] | None, dtype: str
     if target not in CASES:
         raise SystemExit(f"kdsl bench: {target!r} is not a library kernel ({', '.join(CASES)})"
                          " or FILE.py:KERNEL")
+    from .compare import itemsize, library_dtype
     fn, _ = library_function(target)
     case = CASES[target]
-    item = np.dtype(dtype).itemsize
+    dtype = library_dtype(dtype)
+    item = itemsize(dtype)
     for size in sizes or DEFAULT_SWEEPS.get(target, [None]):
         shape = case.sweep(int(size)) if size is not None else case.shape
-        pos, kw = case.make(shape, np.dtype(dtype), np.random.default_rng(0))
+        pos, kw = case.make(shape, dtype, np.random.default_rng(0))
 
         def launch(b, a=pos, w=kw):
             return fn(*a, backend=b, **w)
