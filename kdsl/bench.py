@@ -38,6 +38,8 @@ class Timings:
     clock: str  # what measured them
     host_ms: float  # median wall-clock time per call, host work included
     launch_overhead: float | None = None  # ms, empty-kernel launch on this backend
+    p20: float = 0.0  # 20th and 80th percentiles (Triton's autotuner quantiles)
+    p80: float = 0.0
 
     def __float__(self) -> float:
         return self.median
@@ -153,8 +155,9 @@ def do_bench(fn: Callable[[], Any], backend: str | None = None, warmup: float = 
             dev.append(d)
             wall.append(w)
     lo = launch_overhead(backend) if overhead and backend else None
+    p20, p80 = (float(q) for q in np.quantile(dev, [0.2, 0.8]))
     return Timings(statistics.median(dev), min(dev), max(dev), statistics.fmean(dev), n,
-                   clock.name, statistics.median(wall), lo)
+                   clock.name, statistics.median(wall), lo, p20, p80)
 
 
 _OVERHEAD: dict[str, float] = {}
