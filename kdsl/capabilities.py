@@ -218,9 +218,9 @@ def format_matrix(m: dict[str, dict[str, dict[str, str]]]) -> str:
     ops = m[backends[0]]
     cols = [c for c in COLUMNS if any(c in row for row in ops.values())]
     names = ", ".join(f"{_BACKEND_SHORT.get(b, b)} = {b}" for b in backends)
-    lines = ["capabilities (every op compiled per dtype on every backend: + everywhere, - "
-             f"nowhere, -B not on B, ! a compiler crash; {names}):",
-             f"  {'op':<26}" + "".join(f"{_SHORT.get(c, c):>9}" for c in cols)]
+    title = ("capabilities (every op compiled per dtype on every backend: + everywhere, - "
+             f"nowhere, -B not on B, ! a compiler crash; {names}):")
+    lines = [title, f"  {'op':<26}" + "".join(f"{_SHORT.get(c, c):>8}" for c in cols)]
     crash = {(op, dt) for _b, op, dt, _v in crashes(m)}
     for op, row in ops.items():
         cells = []
@@ -232,7 +232,7 @@ def format_matrix(m: dict[str, dict[str, dict[str, str]]]) -> str:
             cell = "+" if not bad else "-" if len(bad) == len(backends) else \
                 "-" + ",".join(_BACKEND_SHORT.get(b, b) for b in bad)
             cells.append(("!" if (op, c) in crash else "") + cell)
-        lines.append(f"  {op:<26}" + "".join(f"{cell:>9}" for cell in cells))
+        lines.append(f"  {op:<26}" + "".join(f"{cell:>8}" for cell in cells))
     return "\n".join(lines)
 
 

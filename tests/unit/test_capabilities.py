@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kdsl.backends import all_backend_names, get_backend
 
 import kdsl as kd
 from kdsl import capabilities as caps
-from kdsl.backends import all_backend_names, get_backend
 from kdsl.passes.lower_caps import TYPE_NEEDS
 from kdsl.passes.lower_elementwise import NEEDS_CAP
 
