@@ -623,9 +623,9 @@ def _localise(report: CompareReport, fn: Any, jit: bool, args: tuple, kwargs: di
     try:
         if jit:
             pmaps = program_map(fn, grid, args, kwargs, num_warps)
-            shapes = {n: v.shape for n, v in zip(fn.signature.names,
-                                                 fn.signature.bind(args, dict(kwargs)))
-                      if hasattr(v, "shape")}
+            shapes = {n: getattr(v, "array", v).shape for n, v in zip(
+                fn.signature.names, fn.signature.bind(args, dict(kwargs)))
+                if hasattr(getattr(v, "array", v), "shape")}  # a DTypeView's: its bits'
         else:  # a library kernel: the one launch whose stored array is the returned output
             cargs = tuple(_copy(a) for a in args)
             with record_launches() as launches:
@@ -633,10 +633,12 @@ def _localise(report: CompareReport, fn: Any, jit: bool, args: tuple, kwargs: di
             outs = _outputs_of(out, [r.output for r in report.results][:1])
             pmaps, shapes = {}, {}
             for oname, arr in outs.items():
+                arr = getattr(arr, "array", arr)  # a DTypeView's bits
                 for ln in launches:
                     names = ln.jit.signature.names
                     vals = ln.jit.signature.bind(ln.args, ln.kwargs)
                     for n, v in zip(names, vals):
+                        v = getattr(v, "array", v)
                         if isinstance(v, np.ndarray) and isinstance(arr, np.ndarray) \
                                 and np.shares_memory(v, arr):
                             pm = program_map(ln.jit, ln.grid, ln.args, ln.kwargs, ln.num_warps)
