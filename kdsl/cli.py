@@ -366,8 +366,12 @@ def _add_compare(p: argparse.ArgumentParser) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
-    rows, rooflines = bench.bench_cli(args.target, _csv(args.sizes), _csv(args.backends),
-                                      args.dtype, args.rep)
+    try:
+        rows, rooflines = bench.bench_cli(args.target, _csv(args.sizes), _csv(args.backends),
+                                          args.dtype, args.rep)
+    except ValueError as e:  # a usage error (an unknown dtype): exit 2, as compare's
+        print(f"kdsl bench: {e}", file=sys.stderr)
+        return 2
     if args.json:
         import json
         print(json.dumps({"rows": rows, "roofline": rooflines}, indent=1))

@@ -130,3 +130,4 @@ def test_bfloat16_from_the_command_line(tmp_path, monkeypatch, capsys):
                      "--backends", "llvm", "--rep", "1", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows[0]["bytes"] == 2 * 256 * 64 * 2  # 2-byte elements, read and written
+    assert cli.main(["bench", "softmax", "--dtype", "int8", "--backends", "llvm"]) == 2
