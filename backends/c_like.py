@@ -197,6 +197,10 @@ INT_BINARY = {
 BOOL_BINARY = {
     "and": "({a} & {b})", "or": "({a} | {b})", "xor": "({a} ^ {b})", "land": "({a} && {b})",
     "lor": "({a} || {b})", "maximum": "({a} | {b})", "minimum": "({a} & {b})",
+    # int1 arithmetic wraps modulo 2, as on the other backends: + and - are xor, * is and;
+    # x // y is x & y and x % y is 0 (x / 0 == x % 0 == 0); shift amounts are 0 modulo 1
+    "add": "({a} ^ {b})", "sub": "({a} ^ {b})", "mul": "({a} & {b})", "div": "({a} & {b})",
+    "mod": "(({a}) & 0)", "shl": "({a})", "shr": "({a})",
 }
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # Helpers a format refers to: prefix of the call -> helper kind rendered by the template.

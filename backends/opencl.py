@@ -235,8 +235,11 @@ class OpenCLBackend(Backend):
     def target(self, num_warps: int) -> Target:
         dev = self._device()
         shared = int(dev.local_mem_size) if dev is not None else DEFAULT_SHARED
+        # code for no device assumes double precision; a device without it rejects float64
+        missing = frozenset({"fp64"}) if dev is not None and "fp64" not in self.caps \
+            else frozenset()
         return Target("opencl", threads=num_warps * 32, warp_size=32, shared_bytes=shared,
-                      caps=self.caps)
+                      caps=self.caps, missing=missing)
 
     def hash(self) -> str:
         dev = self._device()

@@ -40,6 +40,8 @@ class Timings:
     clock: str  # what measured them
     host_ms: float  # median wall-clock time per call, host work included
     launch_overhead: float | None = None  # ms, empty-kernel launch on this backend
+    p20: float = 0.0  # 20th and 80th percentiles (Triton's autotuner quantiles)
+    p80: float = 0.0
 
     def __float__(self) -> float:
         return self.median
@@ -155,8 +157,9 @@ def do_bench(fn: Callable[[], Any], backend: str | None = None, warmup: float = 
             dev.append(d)
             wall.append(w)
     lo = launch_overhead(backend) if overhead and backend else None
+    p20, p80 = (float(q) for q in np.quantile(dev, [0.2, 0.8]))
     return Timings(statistics.median(dev), min(dev), max(dev), statistics.fmean(dev), n,
-                   clock.name, statistics.median(wall), lo)
+                   clock.name, statistics.median(wall), lo, p20, p80)
 
 
 _OVERHEAD: dict[str, float] = {}
@@ -217,12 +220,14 @@ def _workloads(target: str, sizes: list[str] | None, dtype: str
     if target not in CASES:
         raise SystemExit(f"kdsl bench: {target!r} is not a library kernel ({', '.join(CASES)})"
                          " or FILE.py:KERNEL")
+    from .compare import itemsize, library_dtype
     fn, _ = library_function(target)
     case = CASES[target]
-    item = np.dtype(dtype).itemsize
+    dtype = library_dtype(dtype)
+    item = itemsize(dtype)
     for size in sizes or DEFAULT_SWEEPS.get(target, [None]):
         shape = case.sweep(int(size)) if size is not None else case.shape
-        pos, kw = case.make(shape, np.dtype(dtype), np.random.default_rng(0))
+        pos, kw = case.make(shape, dtype, np.random.default_rng(0))
 
         def launch(b, a=pos, w=kw):
             return fn(*a, backend=b, **w)

@@ -271,10 +271,25 @@ def _shape(text: str | None) -> tuple[int, ...] | None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """Exit 0 when something was compared and all of it passed, 1 on a mismatch, 2 on a usage
+    error (unknown kernel, backend, dtype or shape) or when nothing could be compared."""
+    try:
+        return _compare(args)
+    except (ValueError, SystemExit) as e:
+        if isinstance(e, SystemExit) and not isinstance(e.code, str):
+            raise
+        msg = str(e.code if isinstance(e, SystemExit) else e)
+        print(msg if msg.startswith("kdsl") else f"kdsl compare: {msg}", file=sys.stderr)
+        return 2
+
+
+def _compare(args: argparse.Namespace) -> int:
     import json
 
     from . import compare as C
     backends = _csv(args.backends)
+    if backends:
+        C.check_backend_names(backends)
     opts = {"bundle_dir": args.bundle_dir}
     target = args.target
     if Path(target, "meta.json").is_file():
@@ -290,6 +305,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         reports = [C.compare(kernel, pos, backends, ref, grid=grid,
                              repro_command=f"kdsl compare {target}", **opts, **kw)]
     elif target == "all":
+        C.library_dtype(args.dtype)  # a bad --dtype is a usage error, not eight failures
         names = C.library_kernels()
         if not names:
             print("kdsl compare all: no library kernels found in kdsl.kernels", file=sys.stderr)
@@ -301,7 +317,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             except Exception as e:
                 reports.append(C.CompareReport(n, [C.Result("*", "*", error=f"{e}")], "-"))
     elif target in C.CASES:
-        reports = [C.compare_case(target, _shape(args.shape), args.dtype, backends, **opts)]
+        try:
+            shape = _shape(args.shape)
+        except ValueError:
+            raise ValueError(f"--shape {args.shape!r}: expected integers, e.g. 64,1000") from None
+        reports = [C.compare_case(target, shape, args.dtype, backends, **opts)]
     else:
         raise SystemExit(f"kdsl compare: {target!r} is not a library kernel "
                          f"({', '.join(C.CASES)}), 'all', FILE.py:KERNEL or a repro bundle")
@@ -311,12 +331,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(reports[0].table())
     else:
         print(_summary_table(reports))
-    return 0 if all(r.passed for r in reports) else 1
+    for r in reports:
+        if r.reason:
+            print(f"kdsl compare {r.name}: {r.reason}", file=sys.stderr)
+    return max(r.exit_status for r in reports)
 
 
 def _summary_table(reports: list[Any]) -> str:
-    head = (f"{'kernel':<17} {'backend':<8} {'output':<8} {'max abs':>9} {'max rel':>9} "
-            f"{'max ulp':>9}  status")
+    from .compare import _fmt_ulp
+    head = (f"{'kernel':<17} {'backend':<8} {'output':<8} {'dtype':<9} {'k':>6} {'max abs':>9} "
+            f"{'max rel':>9} {'max ulp':>8} {'atol':>8} {'rtol':>8}  status")
     lines = [head, "-" * len(head)]
     for rep in reports:
         for r in rep.results:
@@ -324,8 +348,11 @@ def _summary_table(reports: list[Any]) -> str:
                 lines.append(f"{rep.name:<17} {r.backend:<8} {r.output:<8} "
                              f"ERROR: {r.error.splitlines()[0][:60]}")
             else:
-                lines.append(f"{rep.name:<17} {r.backend:<8} {r.output:<8} {r.max_abs:9.2e} "
-                             f"{r.max_rel:9.2e} {r.max_ulp:9.3g}  {r.status}")
+                lines.append(f"{rep.name:<17} {r.backend:<8} {r.output:<8} {r.dtype:<9} "
+                             f"{r.k:>6} {r.max_abs:9.2e} {r.max_rel:9.2e} "
+                             f"{_fmt_ulp(r.max_ulp):>8} {r.atol:8.1e} {r.rtol:8.1e}  {r.status}")
+        if rep.reason:
+            lines.append(f"{rep.name:<17} FAILED: {rep.reason}")
         if rep.bundle is not None:
             lines.append(f"{'':<17} repro bundle: {rep.bundle}")
     return "\n".join(lines)
@@ -335,7 +362,7 @@ def _add_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="NAME|all|FILE.py:KERNEL|BUNDLE")
     p.add_argument("--backends", "-b", default=None, help="comma-separated (default: all)")
     p.add_argument("--shape", default=None, help="e.g. 64,1000 (library kernels)")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", help="float32, float16 or bfloat16")
     p.add_argument("--bundle-dir", default=None, help="where repro bundles go")
     p.add_argument("--json", action="store_true")
 
@@ -346,8 +373,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
     if args.plot and not _have_extra("matplotlib", "kdsl bench --plot"):
         return 2  # said before the benchmark runs, not after
-    rows, rooflines = bench.bench_cli(args.target, _csv(args.sizes), _csv(args.backends),
-                                      args.dtype, args.rep)
+    try:
+        rows, rooflines = bench.bench_cli(args.target, _csv(args.sizes), _csv(args.backends),
+                                          args.dtype, args.rep)
+    except ValueError as e:  # a usage error (an unknown dtype): exit 2, as compare's
+        print(f"kdsl bench: {e}", file=sys.stderr)
+        return 2
     if args.json:
         import json
         print(json.dumps({"rows": rows, "roofline": rooflines}, indent=1))

@@ -16,8 +16,12 @@ Two kinds of `fn`:
   backend's result is the reference (and the report says so).
 
 Each output on each backend gets max abs / rel error, the error in ULPs of the output dtype (with
-a histogram), NaN/Inf counts, pass/fail against `kdsl.testing.tolerance(dtype, k)` (`k` =
-`reduction_size`), and the worst elements.  For `@kd.jit` kernels (and library kernels that make
+a histogram; over the elements whose |reference| is at least 1/16 of the largest, since near zero
+an error of a few ULPs of the scale is thousands of ULPs of the element), NaN/Inf counts,
+pass/fail against the rule of `kdsl.testing.tolerance(dtype, k, acc_dtype, k_out)` (`k` =
+`reduction_size`; library kernels accumulate in float32), and the worst elements.  A comparison
+that compared nothing (every backend skipped, or only the reference backend) has failed, and
+says why (`reason`); an unknown backend name is a ValueError.  For `@kd.jit` kernels (and library kernels that make
 one launch writing their result) the worst elements name the program that wrote them, or whose
 masked-off store lanes addressed them: the kernel is re-run on the interpreter with a store that
 records the writing program id of every element (`program_map`).
@@ -46,12 +50,17 @@ from typing import Any
 
 import numpy as np
 
-from .testing import _dtype_name, tolerance
+from .testing import _dtype_name, as_float64, elementwise_errors, tolerance
 
 #: ULP histogram bins: [lo, hi) in ULPs of the output dtype
 ULP_BINS: tuple[tuple[float, float], ...] = (
     (0, 1), (1, 2), (2, 4), (4, 16), (16, 256), (256, math.inf),
 )
+#: ULPs are measured where |reference| >= this fraction of its largest |value|
+ULP_MIN_FRACTION = 1.0 / 16
+#: the library kernels whose output carries roundings of an intermediate to the input dtype
+#: (docs/numerics.md): the `k_out` of their tolerance
+LIBRARY_K_OUT = {"mlp": 2, "attention": 2, "decode_attention": 2, "quant_matmul": 2}
 
 
 # ------------------------------------------------------------------------------ results
@@ -64,7 +73,7 @@ class Worst:
     got: float
     expected: float
     abs_err: float
-    ulps: float
+    ulps: float | None  # None: too near zero for ULPs to mean anything
     program: tuple[int, ...] | None = None
     how: str = ""  # "wrote", "masked off" (addressed under a false mask) or "" (unknown)
 
@@ -85,15 +94,17 @@ class Result:
     size: int = 0
     passed: bool = False
     error: str | None = None  # the run raised: its message
+    k: int = 1  # the reduction length of the tolerance
     max_abs: float = 0.0
     max_rel: float = 0.0
-    max_ulp: float = 0.0
+    max_ulp: float | None = 0.0  # None: no element far enough from zero to count ULPs
     ulp_hist: dict[str, int] = field(default_factory=dict)
     nan: tuple[int, int] = (0, 0)  # (NaNs in the output, NaNs in the reference)
     inf: tuple[int, int] = (0, 0)
     n_bad: int = 0
-    atol: float = 0.0
+    atol: float = 0.0  # absolute: the rule's atol times `scale`
     rtol: float = 0.0
+    scale: float = 1.0  # the reference's largest finite |value| (1 if none)
     worst: list[Worst] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -114,30 +125,51 @@ class CompareReport:
     reduction_size: int = 1
     bundle: Path | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # backend -> why
+    acc_dtype: str | None = None  # of the tolerance rule
+    k_out: int = 1
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        """True when something was compared and everything compared agreed."""
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    @property
+    def reason(self) -> str | None:
+        """Why nothing was compared (then the comparison has failed), else None."""
+        if self.results:
+            return None
+        why = "; ".join(f"{b}: {w}" for b, w in self.skipped.items())
+        return "nothing compared" + (f" ({why})" if why else " (no backend given)")
+
+    @property
+    def exit_status(self) -> int:
+        """`kdsl compare`'s exit status: 0 passed, 1 a mismatch (or a crash), 2 nothing
+        compared."""
+        return 0 if self.passed else 2 if not self.results else 1
 
     def failures(self) -> list[Result]:
         return [r for r in self.results if not r.passed]
 
     def table(self, worst: bool = True) -> str:
-        head = (f"{'backend':<8} {'output':<10} {'dtype':<8} {'max abs':>9} {'max rel':>9} "
-                f"{'max ulp':>9} {'nan o/r':>8} {'bad':>7}  status")
-        lines = [f"{self.name}: reference {self.reference}, k={self.reduction_size}", head,
-                 "-" * len(head)]
+        head = (f"{'backend':<8} {'output':<10} {'dtype':<9} {'k':>6} {'max abs':>9} "
+                f"{'max rel':>9} {'max ulp':>8} {'nan o/r':>8} {'bad':>7} {'atol':>8} "
+                f"{'rtol':>8}  status")
+        title = (f"{self.name}: reference {self.reference}; an element fails when "
+                 "|err| > atol + rtol*|ref| (atol = rtol * max|ref|)")
+        lines = [title, head, "-" * len(head)]
         for r in self.results:
             if r.error is not None:
-                lines.append(f"{r.backend:<8} {r.output:<10} {r.dtype:<8} {'':>9} {'':>9} "
-                             f"{'':>9} {'':>8} {'':>7}  ERROR: {r.error.splitlines()[0][:80]}")
+                lines.append(f"{r.backend:<8} {r.output:<10} {r.dtype:<9} {r.k:>6}  "
+                             f"ERROR: {r.error.splitlines()[0][:80]}")
                 continue
             lines.append(
-                f"{r.backend:<8} {r.output:<10} {r.dtype:<8} {r.max_abs:9.2e} {r.max_rel:9.2e} "
-                f"{_fmt_ulp(r.max_ulp):>9} {f'{r.nan[0]}/{r.nan[1]}':>8} {r.n_bad:>7}  "
-                f"{r.status} (tol {r.atol:.1e})")
+                f"{r.backend:<8} {r.output:<10} {r.dtype:<9} {r.k:>6} {r.max_abs:9.2e} "
+                f"{r.max_rel:9.2e} {_fmt_ulp(r.max_ulp):>8} {f'{r.nan[0]}/{r.nan[1]}':>8} "
+                f"{r.n_bad:>7} {r.atol:8.1e} {r.rtol:8.1e}  {r.status}")
         for b, why in self.skipped.items():
             lines.append(f"{b:<8} skipped: {why}")
+        if self.reason:
+            lines.append(f"FAILED: {self.reason}")
         if worst:
             for r in self.failures():
                 if r.error is not None or not r.worst:
@@ -146,8 +178,9 @@ class CompareReport:
                 lines.append(f"  {r.backend}/{r.output}: {r.n_bad} of {r.size} elements bad; "
                              f"ulp histogram {hist}")
                 for w in r.worst:
+                    ulp = f", {_fmt_ulp(w.ulps)} ulp" if w.ulps is not None else ""
                     lines.append(f"    at {w.index}: got {w.got:.7g} expected {w.expected:.7g}"
-                                 f" (err {w.abs_err:.2e}, {_fmt_ulp(w.ulps)} ulp) {w.where()}")
+                                 f" (err {w.abs_err:.2e}{ulp}) {w.where()}")
         if self.bundle is not None:
             lines.append(f"repro bundle: {self.bundle} (run: sh {self.bundle / 'repro.sh'})")
         return "\n".join(lines)
@@ -158,17 +191,21 @@ class CompareReport:
     def to_dict(self) -> dict[str, Any]:
         def res(r: Result) -> dict[str, Any]:
             d = {k: getattr(r, k) for k in ("backend", "output", "dtype", "size", "passed",
-                                              "error", "max_abs", "max_rel", "max_ulp",
-                                              "ulp_hist", "nan", "inf", "n_bad", "atol")}
+                                              "error", "k", "max_abs", "max_rel", "max_ulp",
+                                              "ulp_hist", "nan", "inf", "n_bad", "atol",
+                                              "rtol", "scale")}
             d["worst"] = [{"index": w.index, "got": w.got, "expected": w.expected,
                            "program": w.program, "how": w.how} for w in r.worst]
             return _jsonable(d)
         return {"name": self.name, "reference": self.reference, "passed": self.passed,
+                "reason": self.reason, "skipped": dict(self.skipped),
                 "results": [res(r) for r in self.results],
                 "bundle": str(self.bundle) if self.bundle else None}
 
 
-def _fmt_ulp(u: float) -> str:
+def _fmt_ulp(u: float | None) -> str:
+    if u is None:
+        return "-"
     if not math.isfinite(u):
         return "inf"
     return f"{u:.0f}" if u < 1e6 else f"{u:.1e}"
@@ -190,10 +227,7 @@ def _jsonable(x: Any) -> Any:
 # ------------------------------------------------------------------------------ errors
 
 def _as_f64(a: Any, dtype: str) -> np.ndarray:
-    a = np.asarray(a)
-    if dtype == "bfloat16" and a.dtype == np.uint16:  # bf16 as its bits
-        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return a.astype(np.float64)
+    return as_float64(a, dtype)
 
 
 def ulp_of(expected: np.ndarray, dtype: str) -> np.ndarray:
@@ -213,39 +247,43 @@ def ulp_of(expected: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def measure(backend: str, output: str, got: Any, expected: Any, dtype: str, k: int,
-            n_worst: int = 5) -> tuple[Result, np.ndarray]:
-    """Compare one output with its reference: (Result, per-element badness) where badness is the
-    error over the allowed error (>1 fails; inf for NaN / Inf mismatches)."""
+            n_worst: int = 5, acc_dtype: str | None = None,
+            k_out: int = 1) -> tuple[Result, np.ndarray]:
+    """Compare one output with its reference under `tolerance(dtype, k, acc_dtype, k_out)`:
+    (Result, per-element badness) where badness is the error over the allowed error (>1 fails;
+    inf for NaN / Inf mismatches)."""
     a = _as_f64(got, dtype)
     e = np.asarray(expected, dtype=np.float64)
-    r = Result(backend, output, dtype, int(a.size))
+    r = Result(backend, output, dtype, int(a.size), k=k)
     if a.shape != e.shape:
         if a.size == e.size:
             a = a.reshape(e.shape)
         else:
             r.error = f"shape {a.shape} != reference shape {e.shape}"
             return r, np.zeros(0)
-    tol = tolerance(dtype, k)
-    r.atol, r.rtol = tol.atol, tol.rtol
+    tol = tolerance(dtype, k, acc_dtype, k_out)
+    r.scale = tol.scale(e)
+    r.atol, r.rtol = tol.atol * r.scale, tol.rtol
     nan_a, nan_e = np.isnan(a), np.isnan(e)
     r.nan = (int(nan_a.sum()), int(nan_e.sum()))
     r.inf = (int(np.isinf(a).sum()), int(np.isinf(e).sum()))
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(a - e)
-        same = (a == e) | (nan_a & nan_e)  # equal infinities and matching NaNs are exact
-        err = np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
-        allowed = tol.atol + tol.rtol * np.abs(np.nan_to_num(e))
-        badness = np.where(err == 0, 0.0, err / allowed if tol.atol else np.where(err, np.inf, 0))
-        rel = err / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+    err, allowed = elementwise_errors(a, e, tol, r.scale)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        badness = np.where(err == 0, 0.0, np.where(allowed > 0, err / allowed, np.inf))
+        rel = np.where(err == 0, 0.0, err / np.maximum(np.abs(e), np.finfo(np.float64).tiny))
         ulps = err / ulp_of(e, dtype)
+    # ULPs of an element near zero measure the scale's rounding, not the element's precision
+    counted = np.isnan(e) | ~np.isfinite(err) | (np.abs(np.nan_to_num(e))
+                                                  >= ULP_MIN_FRACTION * r.scale)
     finite = np.isfinite(err)
     r.max_abs = float(err.max()) if err.size else 0.0
-    r.max_rel = float(np.where(same, 0.0, rel).max()) if err.size else 0.0
-    r.max_ulp = float(ulps.max()) if err.size else 0.0
+    r.max_rel = float(rel.max()) if err.size else 0.0
+    r.max_ulp = float(ulps[counted].max()) if counted.any() else None
     r.ulp_hist = {}
     for lo, hi in ULP_BINS:
         label = f">={lo:g}" if hi == math.inf else f"{lo:g}-{hi:g}"
-        r.ulp_hist[label] = int(((ulps >= lo) & (ulps < hi)).sum() + (~finite & (hi == math.inf)).sum())
+        inside = (ulps >= lo) & (ulps < hi) | (~finite & (hi == math.inf))
+        r.ulp_hist[label] = int((inside & counted).sum())
     bad = badness > 1
     r.n_bad = int(bad.sum())
     r.passed = r.n_bad == 0
@@ -254,7 +292,7 @@ def measure(backend: str, output: str, got: Any, expected: Any, dtype: str, k: i
         for f in flat:
             i = np.unravel_index(int(f), e.shape)
             r.worst.append(Worst(tuple(int(x) for x in i), float(a[i]), float(e[i]),
-                                 float(err[i]), float(ulps[i])))
+                                 float(err[i]), float(ulps[i]) if counted[i] else None))
     return r, badness
 
 
@@ -328,6 +366,7 @@ def program_map(kernel: Any, grid: Any, args: Sequence, kwargs: dict,
     buffers, vals = [], []
     for i, (p, a) in enumerate(zip(params, runtime)):
         if p.type.is_ptr:
+            a = getattr(a, "array", a)  # a DTypeView's bits
             buffers.append(interp._buffer(np.ascontiguousarray(a)))
             vals.append(interp.Ptr(i, np.asarray(0, dtype=np.int64)))
         else:
@@ -397,6 +436,9 @@ def _locate(result: Result, pmap: tuple[np.ndarray, np.ndarray, tuple], shape: t
 # ------------------------------------------------------------------------------ compare
 
 def _copy(a: Any) -> Any:
+    from kdsl.runtime.binding import DTypeView
+    if isinstance(a, DTypeView):  # bfloat16 / fp8 bits: copy the bits, keep the reading
+        return DTypeView(_copy(a.array), a.dtype)
     if isinstance(a, np.ndarray) or type(a).__module__.startswith("torch"):
         from kdsl.runtime.views import copy_like  # same strides: the kernel's are the original's
         return copy_like(a)
@@ -406,6 +448,9 @@ def _copy(a: Any) -> Any:
 
 
 def _host(a: Any) -> np.ndarray:
+    from kdsl.runtime.binding import DTypeView
+    if isinstance(a, DTypeView):  # the bits; `_out_dtype` says how to read them
+        return _host(a.array)
     if hasattr(a, "get") and not isinstance(a, np.ndarray):
         return np.asarray(a.get())
     return np.asarray(a)
@@ -433,6 +478,16 @@ def _default_backends() -> list[str]:
     return available_backends()
 
 
+def check_backend_names(backends: Sequence[str]) -> None:
+    """ValueError naming the unknown ones (a typo must not become "nothing to compare")."""
+    from kdsl.backends import all_backend_names
+    known = all_backend_names()
+    unknown = [b for b in backends if b not in known]
+    if unknown:
+        raise ValueError(f"unknown backend{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))}; known backends: {', '.join(known)}")
+
+
 def _outputs_of(value: Any, names: Sequence[str]) -> dict[str, Any]:
     """A reference's or library function's return value as {output name: array}."""
     if isinstance(value, dict):
@@ -447,18 +502,29 @@ def compare(fn: Any, args: Sequence, backends: Sequence[str] | None = None,
             reference: Callable | None = None, *, grid: Any = None, reduction_size: int = 1,
             num_warps: int | None = None, bundle_dir: str | os.PathLike | None = None,
             bundle: bool = True, repro_command: str | None = None, n_worst: int = 5,
+            acc_dtype: str | None = None, k_out: int | None = None,
             **kwargs: Any) -> CompareReport:
     """Run `fn` on every backend in `backends` (default: every available one, interp included)
     and compare each output with the float64 reference; see the module docstring for the
-    argument conventions.  On a mismatch (and with `bundle`), writes a repro bundle under
+    argument conventions.  The tolerance is `kdsl.testing.tolerance(dtype, reduction_size,
+    acc_dtype, k_out)`; library kernels default to `acc_dtype="float32"` and their `k_out`
+    (`LIBRARY_K_OUT`).  On a mismatch (and with `bundle`), writes a repro bundle under
     `bundle_dir` (default `$KDSL_REPRO_DIR` or `./kdsl-repro`)."""
-    backends = list(backends) if backends else _default_backends()
+    if backends:
+        backends = list(backends)
+        check_backend_names(backends)
+    else:
+        backends = _default_backends()
     args = tuple(args)
     if isinstance(fn, str):
         fn, ref = library_function(fn)
         reference = reference or ref
     jit = _is_jit(fn)
     name = getattr(fn, "__name__", str(fn))
+    if not jit:  # the library computes in float32 (docs/numerics.md)
+        acc_dtype = acc_dtype or "float32"
+        k_out = k_out if k_out is not None else LIBRARY_K_OUT.get(name, 1)
+    k_out = 1 if k_out is None else k_out
     if jit and grid is None:
         raise TypeError(f"compare({name}): a @kd.jit kernel needs grid=")
     if not jit and reference is None:
@@ -495,11 +561,13 @@ def compare(fn: Any, args: Sequence, backends: Sequence[str] | None = None,
                                    out_names or ["out"])
         if not out_names:
             out_names = list(expected)
-        expected = {k: np.asarray(_host(v), np.float64) for k, v in expected.items()}
+        expected = {k: as_float64(v) for k, v in expected.items()}
     else:
         ref_kind = "the interp backend (no float64 reference given)"
         outs, _ = run("interp")
         expected = {k: _as_f64(_host(v), _out_dtype(v)) for k, v in outs.items()}
+        if "interp" in backends:
+            skipped["interp"] = "it is the reference (no float64 reference given)"
         backends = [b for b in backends if b != "interp"]
 
     from kdsl.runtime.registry import backend_status
@@ -527,13 +595,14 @@ def compare(fn: Any, args: Sequence, backends: Sequence[str] | None = None,
                 results.append(Result(b, oname, error="output missing"))
                 continue
             r, _ = measure(b, oname, _host(got), exp, _out_dtype(got), reduction_size,
-                           n_worst)
+                           n_worst, acc_dtype, k_out)
             r.seconds = dt
             results.append(r)
             if not r.passed:
                 failing[b] = (outs, launches)
 
-    report = CompareReport(name, results, ref_kind, reduction_size, skipped=skipped)
+    report = CompareReport(name, results, ref_kind, reduction_size, skipped=skipped,
+                           acc_dtype=acc_dtype, k_out=k_out)
     if failing:
         _localise(report, fn, jit, args, kwargs, grid, num_warps)
         if bundle:
@@ -554,9 +623,9 @@ def _localise(report: CompareReport, fn: Any, jit: bool, args: tuple, kwargs: di
     try:
         if jit:
             pmaps = program_map(fn, grid, args, kwargs, num_warps)
-            shapes = {n: v.shape for n, v in zip(fn.signature.names,
-                                                 fn.signature.bind(args, dict(kwargs)))
-                      if hasattr(v, "shape")}
+            shapes = {n: getattr(v, "array", v).shape for n, v in zip(
+                fn.signature.names, fn.signature.bind(args, dict(kwargs)))
+                if hasattr(getattr(v, "array", v), "shape")}  # a DTypeView's: its bits'
         else:  # a library kernel: the one launch whose stored array is the returned output
             cargs = tuple(_copy(a) for a in args)
             with record_launches() as launches:
@@ -564,10 +633,12 @@ def _localise(report: CompareReport, fn: Any, jit: bool, args: tuple, kwargs: di
             outs = _outputs_of(out, [r.output for r in report.results][:1])
             pmaps, shapes = {}, {}
             for oname, arr in outs.items():
+                arr = getattr(arr, "array", arr)  # a DTypeView's bits
                 for ln in launches:
                     names = ln.jit.signature.names
                     vals = ln.jit.signature.bind(ln.args, ln.kwargs)
                     for n, v in zip(names, vals):
+                        v = getattr(v, "array", v)
                         if isinstance(v, np.ndarray) and isinstance(arr, np.ndarray) \
                                 and np.shares_memory(v, arr):
                             pm = program_map(ln.jit, ln.grid, ln.args, ln.kwargs, ln.num_warps)
@@ -603,7 +674,8 @@ def write_bundle(report: CompareReport, fn: Any, jit: bool, args: tuple, kwargs:
         out = root / f"{_safe(report.name)}-{backend}-{stamp}-{n}"
     (out / "ir").mkdir(parents=True)
 
-    arrays = {f"arg{i}": np.asarray(a) for i, a in enumerate(args)}
+    views = {str(i): a.dtype.name for i, a in enumerate(args) if hasattr(a, "array")}
+    arrays = {f"arg{i}": _host(a) for i, a in enumerate(args)}
     arrays.update({f"expected_{k}": v for k, v in expected.items()})
     np.savez(out / "inputs.npz", **arrays)
 
@@ -639,6 +711,9 @@ def write_bundle(report: CompareReport, fn: Any, jit: bool, args: tuple, kwargs:
         "n_args": len(args),
         "outputs": list(expected),
         "reduction_size": report.reduction_size,
+        "acc_dtype": report.acc_dtype,
+        "k_out": report.k_out,
+        "views": views,
         "num_warps": num_warps,
         "command": repro_command,
         "report": report.to_dict(),
@@ -688,12 +763,18 @@ def load_module(path: str | os.PathLike, name: str | None = None) -> Any:
 
 
 def run_bundle(folder: str | os.PathLike, backends: Sequence[str] | None = None) -> int:
-    """Re-run the comparison a bundle recorded; prints the report, returns 1 on a mismatch."""
+    """Re-run the comparison a bundle recorded; prints the report, returns its exit status
+    (1 on a mismatch, 2 when nothing could be compared)."""
+    from kdsl.ir import types as T
+    from kdsl.runtime.binding import DTypeView
     folder = Path(folder)
     meta = json.loads((folder / "meta.json").read_text())
     data = np.load(folder / "inputs.npz")
-    args = tuple(data[f"arg{i}"][()] if data[f"arg{i}"].ndim == 0 else data[f"arg{i}"]
+    views = meta.get("views", {})
+    args = tuple(DTypeView(data[f"arg{i}"], T.BY_NAME[views[str(i)]]) if str(i) in views
+                 else data[f"arg{i}"][()] if data[f"arg{i}"].ndim == 0 else data[f"arg{i}"]
                  for i in range(meta["n_args"]))
+    tol = {"acc_dtype": meta.get("acc_dtype"), "k_out": meta.get("k_out", 1)}
     expected = {k: data[f"expected_{k}"] for k in meta["outputs"]}
     kwargs = {k: _meta_decode(v) for k, v in meta["kwargs"].items()}
     backends = list(backends or [meta["backend"]])
@@ -710,13 +791,13 @@ def run_bundle(folder: str | os.PathLike, backends: Sequence[str] | None = None)
         kernel = getattr(load_module(file, f"kdsl_repro_{_safe(meta['name'])}"), meta["name"])
         report = compare(kernel, args, backends, reference, grid=tuple(meta["grid"]),
                          reduction_size=meta["reduction_size"], num_warps=meta["num_warps"],
-                         bundle=False, **kwargs)
+                         bundle=False, **tol, **kwargs)
     else:
         fn, _ = library_function(meta["name"])
         report = compare(fn, args, backends, reference, reduction_size=meta["reduction_size"],
-                         bundle=False, **kwargs)
+                         bundle=False, **tol, **kwargs)
     print(report.table())
-    return 0 if report.passed else 1
+    return report.exit_status
 
 
 # ------------------------------------------------------------------------------ library cases
@@ -725,7 +806,7 @@ def run_bundle(folder: str | os.PathLike, backends: Sequence[str] | None = None)
 class Case:
     """Default inputs and costs of one library kernel (for `kdsl compare` and `kdsl bench`).
 
-    `make(shape, dtype, rng) -> (args, kwargs)`; `k(shape)` is the reduction length behind
+    `make(shape, dtype name, rng) -> (args, kwargs)`; `k(shape)` is the reduction length behind
     each output (the tolerance's k); `flops(shape)` and `bytes(shape, itemsize)` the work and
     the minimum memory traffic; `sweep(size) -> shape` the shapes of a size sweep."""
 
@@ -737,8 +818,11 @@ class Case:
     sweep: Callable[[int], tuple]
 
 
-def _r(rng: Any, shape: tuple, dtype: Any) -> np.ndarray:
-    return rng.standard_normal(shape).astype(dtype)
+def _r(rng: Any, shape: tuple, dtype: str, scale: float = 1.0) -> Any:
+    """Standard normal values * scale rounded to `dtype` in the library's spelling (bfloat16:
+    a `bfloat16_view`)."""
+    from kdsl.kernels.reference import cast
+    return cast(rng.standard_normal(shape) * scale, dtype)
 
 
 def _make_decode(s: tuple, dt: Any, rng: Any) -> tuple[tuple, dict]:
@@ -776,9 +860,9 @@ CASES: dict[str, Case] = {
                    (128, 96, 160), lambda s: s[2], lambda s: 2.0 * s[0] * s[1] * s[2],
                    lambda s, b: (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]) * b,
                    lambda n: (n, n, n)),
-    "mlp": Case(lambda s, dt, g: ((_r(g, (s[0], s[1]), dt), _r(g, (s[1], s[2]), dt) * 0.1,
-                                   _r(g, (s[1], s[2]), dt) * 0.1,
-                                   _r(g, (s[2], s[1]), dt) * 0.1), {}),
+    "mlp": Case(lambda s, dt, g: ((_r(g, (s[0], s[1]), dt), _r(g, (s[1], s[2]), dt, 0.1),
+                                   _r(g, (s[1], s[2]), dt, 0.1),
+                                   _r(g, (s[2], s[1]), dt, 0.1)), {}),
                 (32, 64, 128), lambda s: s[1] + s[2], lambda s: 6.0 * s[0] * s[1] * s[2],
                 lambda s, b: (2 * s[0] * s[1] + 3 * s[1] * s[2]) * b,
                 lambda n: (n, n, 2 * n)),
@@ -807,13 +891,37 @@ def library_kernels() -> list[str]:
     return [n for n in CASES if callable(getattr(K, n, None))]
 
 
+#: the dtypes the library kernels take (`--dtype` of `kdsl compare` and `kdsl bench`)
+LIBRARY_DTYPES = ("float32", "float16", "bfloat16")
+_DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "float": "float32", "f16": "float16",
+                  "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+
+
+def library_dtype(dtype: Any) -> str:
+    """The library's name of `dtype` (a name, alias such as "bf16", NumPy or kdsl dtype);
+    ValueError for a dtype the library kernels do not take."""
+    name = _DTYPE_ALIASES.get(str(dtype), _dtype_name(dtype))
+    if name not in LIBRARY_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: the library kernels take "
+                         f"{', '.join(LIBRARY_DTYPES)}")
+    return name
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a library dtype."""
+    return 2 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
+
+
 def compare_case(name: str, shape: tuple | None = None, dtype: str = "float32",
                  backends: Sequence[str] | None = None, seed: int = 0,
                  **opts: Any) -> CompareReport:
     """`compare` a library kernel on its default (or given) shape."""
+    if name not in CASES:
+        raise ValueError(f"{name!r} is not a library kernel ({', '.join(CASES)})")
     case = CASES[name]
+    dtype = library_dtype(dtype)
     shape = tuple(shape or case.shape)
-    args, kwargs = case.make(shape, np.dtype(dtype), np.random.default_rng(seed))
+    args, kwargs = case.make(shape, dtype, np.random.default_rng(seed))
     cmd = (f"kdsl compare {name} --shape {','.join(map(str, shape))} --dtype {dtype}"
            + (f" --backends {','.join(backends)}" if backends else ""))
     return compare(name, args, backends, reduction_size=case.k(shape), repro_command=cmd,

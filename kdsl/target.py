@@ -15,6 +15,9 @@ class Target:
     shared_bytes  local/shared memory available to one program instance.
     caps          capabilities a pass may use, e.g. "fp64", "native_fp16", "tensor_cores",
                   "warp_shuffle", "vector_loads".
+    missing       capabilities the device is known to lack ("fp64" on an OpenCL device without
+                  cl_khr_fp64): a kernel needing one is a CompilationError
+                  (kdsl/passes/lower_caps.py).
     """
 
     backend: str
@@ -22,6 +25,7 @@ class Target:
     warp_size: int = 1
     shared_bytes: int = 1 << 30
     caps: frozenset[str] = field(default_factory=frozenset)
+    missing: frozenset[str] = field(default_factory=frozenset)
 
     def has(self, cap: str) -> bool:
         return cap in self.caps

@@ -153,6 +153,8 @@ def _int_divmod(a: np.ndarray, b: np.ndarray, t: DType) -> tuple[np.ndarray, np.
     """C division: quotient truncated toward zero, remainder with the dividend's sign.
     x / 0 gives 0 and 0; INT_MIN / -1 wraps to INT_MIN (remainder 0). No trap, ever."""
     a, b = np.asarray(a), np.asarray(b)
+    if a.dtype == np.bool_:  # width 1: x // 1 == x, x % 1 == 0, and x / 0 gives 0, 0
+        return a & b, np.zeros_like(a)
     zero = b == 0
     if t.is_signed:
         neg1 = b == -1

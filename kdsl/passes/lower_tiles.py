@@ -84,6 +84,7 @@ from .lower_analysis import (
     stored_params,
     users,
 )
+from .lower_caps import check_target
 from .lower_control import lower_for, lower_if, lower_while
 from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
 from .lower_dot import dot_strategy
@@ -878,6 +879,7 @@ _SPECIAL = {
 def lower(fn: tile.Function, target: Target) -> Kernel:
     """Lower a Tile IR function to the Loop IR kernel run by each program instance."""
     drop_breakpoints(fn, target)
+    check_target(fn, target)
     L = Lowerer(fn, target)
     params = []
     for p in fn.runtime_params:

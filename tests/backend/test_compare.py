@@ -85,7 +85,8 @@ def test_correct_kernel_passes_everywhere(tmp_path):
     assert rep.passed, rep.table()
     assert {r.backend for r in rep.results} >= {"interp"}
     assert rep.bundle is None and not list(tmp_path.iterdir())
-    assert rep.results[0].ulp_hist["0-1"] + rep.results[0].ulp_hist["1-2"] == 300
+    hist = rep.results[0].ulp_hist  # elements away from zero: within 2 ulps
+    assert hist["0-1"] + hist["1-2"] == sum(hist.values()) > 200
 
 
 def test_interp_is_the_default_reference():
