@@ -338,6 +338,11 @@ class ControlFlow:
                 else:
                     self.scoped_out.add(name)
                     continue
+            if vals[0] is vals[1]:
+                # unchanged by both branches (an aggregate too: rebuilding it would make a loop
+                # around this if see it reassigned)
+                plan.append((name, None, vals[0]))
+                continue
             (tl, ts), (el, es) = flatten(vals[0]), flatten(vals[1])
             if not same_spec(ts, es):
                 if name == RET_VAL:
@@ -370,6 +375,9 @@ class ControlFlow:
                 self.b.create("yield", ys)
         op = self.b.create("if", [c], [v.type for v in yields[0]], regions=blocks)
         for name, spec, leaves in plan:
+            if spec is None:  # kept as it was
+                self.scope[name] = leaves
+                continue
             out = []
             for leaf in leaves:
                 if isinstance(leaf, _Slot):
