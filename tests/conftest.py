@@ -6,13 +6,21 @@ Environment:
   KDSL_SLOW=1                      run tests marked `slow` (as does `-m slow`)
   KDSL_REQUIRE_BACKENDS=llvm,opencl,interp
                                    fail (not skip) when one of these is unavailable (CI sets it)
+  KDSL_REQUIRE_TORCH=1             fail (not skip) the torch tests (tests/pytorch) when torch
+                                   cannot be imported (CI sets it: a broken install must not pass
+                                   as skipped tests)
+
+One conftest for the whole tree: tests import helpers from it by name (`from conftest import
+FakeDeviceArray`), which a second conftest.py in a sub-folder would shadow.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 # Before anything compiles: tests never read or write the user's cache.
 _CACHE_DIR = tempfile.mkdtemp(prefix="kdsl-test-cache-")
@@ -22,6 +30,9 @@ os.environ.pop("KDSL_CHECK", None)
 os.environ.pop("KDSL_CACHE", None)
 
 import pytest  # noqa: E402  (after the environment is set)
+
+# tests/kernels holds kcases, the kernel cases several folders share
+sys.path.insert(0, str(Path(__file__).resolve().parent / "kernels"))
 
 from kdsl.backends.base import Backend  # noqa: E402
 from kdsl.ir import tile  # noqa: E402
@@ -58,7 +69,19 @@ def _gpu_reason() -> str | None:
     return None if n > 0 else "no CUDA GPU"
 
 
+def _require_torch(items) -> None:
+    if os.environ.get("KDSL_REQUIRE_TORCH", "") in ("", "0"):
+        return
+    if not any("pytorch" in Path(str(item.fspath)).parts for item in items):
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise pytest.UsageError(f"KDSL_REQUIRE_TORCH is set but torch cannot be imported: {e}")
+
+
 def pytest_collection_modifyitems(config, items):
+    _require_torch(items)
     markexpr = config.getoption("-m", default="") or ""
     run_slow = os.environ.get("KDSL_SLOW", "") not in ("", "0") or "slow" in markexpr
     gpu_reason: list[str | None] = []

@@ -5,11 +5,12 @@ emulation does, and the products are summed in float64."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import kdsl as kd
+
+ml_dtypes = pytest.importorskip("ml_dtypes", reason="float8 references need ml_dtypes (test extra)")
 
 FORMATS = ["e2m1", "e4m3", "e5m2", "bf16", "fp16"]
 RNG = np.random.default_rng(32)

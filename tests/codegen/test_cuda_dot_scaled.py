@@ -7,10 +7,11 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 from kdsl.backends import cuda
+
+ml_dtypes = pytest.importorskip("ml_dtypes", reason="float8 references need ml_dtypes (test extra)")
 
 HERE = Path(__file__).resolve().parent.parent / "backend"
 needs_compiler = pytest.mark.skipif(not cuda.compiler_available(),

@@ -1,5 +1,5 @@
 """The PyTorch snippets of README.md and docs/torch.md run as written (torch.compile on the
-aot_eager backend here: inductor's C++ build is a slow case of test_ops.py)."""
+aot_eager backend here: inductor's C++ build is a slow case of test_torch_ops.py)."""
 
 from __future__ import annotations
 

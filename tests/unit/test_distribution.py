@@ -121,7 +121,7 @@ def test_sdist_contents(dists):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     must = {"LICENSE", "README.md", "pyproject.toml", "docs/torch.md", "docs/kernels.md",
-            "tests/conftest.py", "tests/pytorch/test_ops.py", "tests/kernels/kcases.py",
+            "tests/conftest.py", "tests/pytorch/test_torch_ops.py", "tests/kernels/kcases.py",
             "examples/torch_transformer.py", "kdsl/py.typed", "kernels/softmax.py",
             "backends/llvm.py"}
     assert must <= names, sorted(must - names)
