@@ -112,6 +112,22 @@ def test_own_elements_are_no_race(backend):
 
 
 @kd.jit
+def strided_shift(x_ptr, stride, n, BLOCK: kd.constexpr):
+    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
+    v = kd.load(x_ptr + (offs + 1) * stride, mask=offs + 1 < n, other=0.0)
+    kd.store(x_ptr + offs * stride, v, mask=offs < n)
+
+
+def test_negative_stride_view_offsets(backend):
+    base = np.arange(24, dtype=np.float32)
+    x = base[::-1]  # the pointer at base[23]: element offsets -23 .. 0
+    with pytest.raises(kd.RaceError) as info:
+        strided_shift[(3,)](x, -1, 24, BLOCK=8, check=True, **_kw(backend))
+    e = info.value  # logical elements 8 and 16 race; the lowest offset is element 16's
+    assert e.offset == -16 and e.count == 2 and e.program_ids == ((2, 0, 0), (1, 0, 0))
+
+
+@kd.jit
 def masked_overlap(out_ptr, n, BLOCK: kd.constexpr):
     # the pointers of neighbouring programs overlap, but only in lanes their masks turn off
     offs = kd.program_id(0) * BLOCK + kd.arange(0, 2 * BLOCK)
