@@ -82,17 +82,17 @@ def _atomic_dependent(fn: tile.Function) -> set[int]:
 
 def _same_pointer(a: tile.Value, b: tile.Value) -> bool:
     """Whether two values are the same pointer: one value, or the same pure op on the same
-    pointers (`lock = L + i` written twice)."""
+    operands (`lock = L + i` written twice)."""
     if a is b:
         return True
     oa, ob = a.owner, b.owner
     if not (isinstance(oa, tile.Op) and isinstance(ob, tile.Op)):
-        return False
-    if (oa.kind != ob.kind or oa.regions or ob.regions or oa.kind in tile.SIDE_EFFECTS
-            or oa.kind in ("load", "program_id") or oa.attrs != ob.attrs
-            or len(oa.operands) != len(ob.operands) or oa.results[0].type != ob.results[0].type):
-        return oa.kind == ob.kind == "program_id" and oa.attrs == ob.attrs
-    return all(_same_pointer(x, y) for x, y in zip(oa.operands, ob.operands))
+        return False  # block arguments: only the same one
+    pure = not (oa.regions or oa.kind in tile.SIDE_EFFECTS or oa.kind == "load")
+    return (pure and oa.kind == ob.kind and oa.attrs == ob.attrs
+            and oa.results[0].type == ob.results[0].type
+            and len(oa.operands) == len(ob.operands)
+            and all(_same_pointer(x, y) for x, y in zip(oa.operands, ob.operands)))
 
 
 def synchronised_accesses(fn: tile.Function) -> set[int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-import kdsl.runtime.races as races
+from kdsl.runtime import races
 
 from . import test_ported_kernels as ported_tests
 
