@@ -9,7 +9,13 @@ __version__ = "0.1.0"
 
 from . import testing
 from .autotune import Config, autotune
-from .errors import CompilationError, DebugWarning, DeviceAssertionError, OutOfBoundsError
+from .errors import (
+    CompilationError,
+    DebugWarning,
+    DeviceAssertionError,
+    OutOfBoundsError,
+    RaceError,
+)
 from .heuristics import heuristics
 from .language import *  # noqa: F401,F403  (kd.program_id, kd.load, kd.float16, kd.constexpr, ...)
 from .language import __all__ as _language_all
@@ -19,6 +25,6 @@ from .runtime.registry import available_backends
 
 __all__ = [  # noqa: PLE0604  (the language names are listed by kdsl.language)
     "__version__", "testing", "autotune", "Config", "CompilationError", "OutOfBoundsError",
-    "DeviceAssertionError", "DebugWarning",
+    "RaceError", "DeviceAssertionError", "DebugWarning",
     "JITFunction", "jit", "heuristics", "available_backends", "float8_view", *_language_all,
 ]

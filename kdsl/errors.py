@@ -36,6 +36,23 @@ class OutOfBoundsError(Exception):
     """A checked launch found a load or store outside the array its pointer came from."""
 
 
+class RaceError(Exception):
+    """A checked launch found two program instances accessing one element of an argument
+    without an atomic, at least one of them storing it: `accesses` holds both (kind, program
+    id, file, line, source); `arg`, `offset` name the element, `count` the racing elements."""
+
+    kernel: str | None = None
+    arg: str | None = None
+    offset: int | None = None
+    count: int = 0
+    accesses: tuple = ()
+    program_ids: tuple = ()
+    lines: tuple = ()
+    file: str | None = None
+    line: int | None = None
+    source: str | None = None
+
+
 class DeviceAssertionError(AssertionError):
     """A `kd.device_assert` (or `assert` on a runtime value) failed in a kernel launched with
     debug on; the message names the kernel's file, line and the assertion's message."""

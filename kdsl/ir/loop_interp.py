@@ -15,6 +15,15 @@ float16 via `np.float16`, to bfloat16 by rounding the float32 bits (nearest even
 division and remainder with x / 0 == x % 0 == 0; a masked `Load` reads no memory where its mask
 is false.  Every memory access is bounds-checked (IndexError), which makes the simulator a
 checker of the lowering's masking too.  It is slow: keep tiles small.
+
+Shared-memory races (`races=True`, the default): within one barrier interval (from a barrier
+release to the next, or the end of the program), an access of a shared array element that
+conflicts with another thread's access of it (at least one of them a write) raises
+`SharedMemoryRace`, naming both threads, the array, the index and the interval.  The threads
+run one after the other from barrier to barrier, so without this check a missing barrier
+between a write and another thread's read goes unseen when the writer happens to run first;
+the check sees every interleaving of one interval.  Warp intrinsics take register operands and
+are not shared accesses (the rendezvous of their lanes is no barrier: it ends no interval).
 """
 
 from __future__ import annotations
@@ -150,6 +159,50 @@ def _py_number(x: Any) -> int | float:
     return float(x) if isinstance(x, np.floating) else int(x)
 
 
+class SharedMemoryRace(RuntimeError):
+    """Two threads of a program access one shared array element in the same barrier interval
+    and at least one of them writes it (a barrier is missing, or the layout is wrong)."""
+
+
+class _SharedAccesses:
+    """The accesses of each shared array element in the current barrier interval: element ->
+    (writer thread or None, reader threads).  Same-thread accesses never conflict."""
+
+    __slots__ = ("elements", "interval", "pid")
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.interval = 0
+        self.elements: dict[tuple[str, int], tuple[int | None, set[int]]] = {}
+
+    def next_interval(self) -> None:
+        self.elements.clear()
+        self.interval += 1
+
+    def _race(self, array: str, idx: int, tid: int, what: str, other: int, theirs: str
+              ) -> SharedMemoryRace:
+        after = f"after barrier {self.interval}" if self.interval else "before the first barrier"
+        return SharedMemoryRace(
+            f"program {self.pid}: shared-memory race on {array}[{idx}] {after}: thread {tid} "
+            f"{what} it and thread {other} {theirs} it with no barrier between")
+
+    def write(self, array: str, idx: int, tid: int) -> None:
+        writer, readers = self.elements.get((array, idx), (None, set()))
+        if writer is not None and writer != tid:
+            raise self._race(array, idx, tid, "writes", writer, "writes")
+        other = next((r for r in sorted(readers) if r != tid), None)
+        if other is not None:
+            raise self._race(array, idx, tid, "writes", other, "reads")
+        self.elements[(array, idx)] = (tid, readers)
+
+    def read(self, array: str, idx: int, tid: int) -> None:
+        writer, readers = self.elements.get((array, idx), (None, set()))
+        if writer is not None and writer != tid:
+            raise self._race(array, idx, tid, "reads", writer, "writes")
+        readers.add(tid)
+        self.elements[(array, idx)] = (writer, readers)
+
+
 class _Thread:
     __slots__ = ("regs", "tid", "vars")
 
@@ -162,8 +215,10 @@ class _Thread:
 class _Program:
     """One program instance: its id, the launch's buffers, shared arrays, the kernel."""
 
-    def __init__(self, kernel: L.Kernel, pid, grid, buffers, params):
+    def __init__(self, kernel: L.Kernel, pid, grid, buffers, params, races: bool = True):
         self.kernel = kernel
+        # with one thread nothing can race (and the CPU lowering uses no barrier)
+        self.races = _SharedAccesses(pid) if races and kernel.threads > 1 else None
         self.pid = pid
         self.grid = grid
         self.buffers = buffers
@@ -231,7 +286,10 @@ class _Program:
                     arr, idx = self.array(a, th), int(self.ev(i, th))
                     if not 0 <= idx < a.size:
                         raise IndexError(f"{a.name}[{idx}] out of bounds (size {a.size})")
-                    arr[idx] = self.ev(x, th)
+                    value = self.ev(x, th)  # evaluated first: it may read the same element
+                    if self.races is not None and a.space == "shared":
+                        self.races.write(a.name, idx, th.tid)
+                    arr[idx] = value
                 case L.Store(ptr=p, value=x, mask=m):
                     if m is None or self.ev(m, th):
                         self.store(self.ev(p, th), p.dtype.pointee, self.ev(x, th))
@@ -334,6 +392,8 @@ class _Program:
             if all(x is None for x in state):
                 state = ["run"] * n
                 barriers += 1
+                if self.races is not None:
+                    self.races.next_interval()
                 continue
             if any(x == "done" for x in state) and not any(isinstance(x, tuple) for x in state):
                 raise RuntimeError(f"barrier {barriers} not reached by every thread of "
@@ -397,6 +457,8 @@ def _ev_index(p, e, th):
     i = int(p.ev(e.index, th))
     if not 0 <= i < e.array.size:
         raise IndexError(f"{e.array.name}[{i}] out of bounds (size {e.array.size})")
+    if p.races is not None and e.array.space == "shared":
+        p.races.read(e.array.name, i, th.tid)
     return p.array(e.array, th)[i]
 
 
@@ -441,8 +503,9 @@ _EVAL: dict[type, Callable] = {
 }
 
 
-def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list) -> None:
-    """Run `kernel` on `grid` (1 to 3 ints); array arguments are updated in place."""
+def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list, races: bool = True) -> None:
+    """Run `kernel` on `grid` (1 to 3 ints); array arguments are updated in place.  With
+    `races`, a shared-memory race between threads of a program raises `SharedMemoryRace`."""
     grid = tuple(grid) + (1,) * (3 - len(grid))
     buffers: list[np.ndarray] = []
     params: dict[str, Any] = {}
@@ -456,7 +519,7 @@ def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list) -> None:
         else:
             params[p.name] = _typed(a, p.dtype)
     for pid in product(*(range(n) for n in reversed(grid))):
-        _Program(kernel, tuple(reversed(pid)), grid, buffers, params).execute()
+        _Program(kernel, tuple(reversed(pid)), grid, buffers, params, races).execute()
 
 
-__all__ = ["INTRINSICS", "IntrinsicSim", "round_bf16", "run_kernel"]
+__all__ = ["INTRINSICS", "IntrinsicSim", "SharedMemoryRace", "round_bf16", "run_kernel"]

@@ -37,6 +37,11 @@ element of each run is a multiple of `multiple_of`.  Hints given per dimension (
 checked.  A pointer whose origin is ambiguous (a `where` between two parameters) is not checked
 by this pass; the `interp` backend still refuses such an access.
 
+Checked mode also finds races between program instances: every checked plain `load`/`store`
+of an argument the kernel stores to is recorded in a hidden shadow array `kd_shadow_<p>`
+(after `kd_errors`), and the runtime reports two programs storing one element, or one loading
+what another stores, as `kd.RaceError` (kdsl/passes/races.py).
+
 A pointer made from an integer (`int_to_ptr`) has no array to be bounded by: only a null
 pointer (plus an offset: an address below `NULL_PAGES`, never mapped) is caught, as site kind
 "null", reported and masked off (checked mode's own masking of an out-of-bounds load from a
@@ -52,6 +57,7 @@ from kdsl.ir import tile
 from kdsl.ir.types import DType, PointerType, TileType, int1, int32, int64, uint64
 
 from .provenance import pointer_roots
+from .races import RaceRecorder
 
 ERROR_PARAM = "kd_errors"
 #: addresses below this are a null pointer plus an offset (Linux's default mmap_min_addr)
@@ -137,6 +143,8 @@ class _Checker:
                 self.extent_of[i] = add(EXTENT_PREFIX + p.name, TileType((), int64))
                 self.lower_of[i] = add(LOWER_PREFIX + p.name, TileType((), int64))
         self.errors = add(ERROR_PARAM, TileType((), PointerType(int64)))
+        # races between programs: shadow arrays after the error record (races.py)
+        self.races = RaceRecorder(fn, self.roots, rparams, add) if bounds else None
         self.hints = _hint_chains(fn)
         self.hints_done: set[int] = set()
 
@@ -180,6 +188,7 @@ class _Checker:
         b = _Emit(out, op.loc)
         shape = ptr.shape
         ok = first = None
+        lanes = []
         for i in cands:
             base = self.params[i].value
             off = b.op("ptr_offset", [ptr, b.splat(base, shape)], TileType(shape, int64))
@@ -187,9 +196,15 @@ class _Checker:
                               b.binary("lt", off, b.splat(self.extent_of[i], shape)))
             ok = inside if ok is None else b.binary("or", ok, inside)
             first = off if first is None else first
+            lanes.append((i, off, inside))
         kind = f"atomic_{op.attrs['op']}" if op.kind == "atomic_rmw" else op.kind
         arg = " or ".join(self.params[i].name for i in cands)
-        self.guard(op, b, ok, first, self.site(op, kind, arg))
+        at = _MASK_AT[op.kind]
+        mask = op.operands[at] if len(op.operands) > at else None
+        site = self.site(op, kind, arg)
+        self.guard(op, b, ok, first, site)
+        if self.races is not None and self.races.wants(op):
+            self.races.record(b, op, lanes, mask, self.lower_of, self.extent_of, site)
 
     def null_check(self, op: tile.Op, out: list[tile.Op]) -> None:
         """A pointer made from an integer: report and mask off null addresses (below
@@ -352,6 +367,8 @@ def insert_checks(fn: tile.Function) -> tile.Function:
         "sites": tuple(c.sites),
         # runtime param index (in the user's order) of each hidden (extent, lower) pair
         "extents": tuple(c.extent_of),
+        # runtime param index of each hidden shadow array, after the error record (races.py)
+        "shadows": tuple(c.races.shadowed) if c.races is not None else (),
         "kernel": fn.name,
         "nparams": len(c.params),
     }

@@ -7,7 +7,9 @@ values (the bounds of the element offsets each array argument allows: [0, size) 
 the view's memory span for a strided view (kdsl/runtime/views.py), then a zeroed int64 error
 record), launches,
 reads the record back and raises `kd.OutOfBoundsError` naming the kernel, the source file, line
-and text, the argument, the program id and the offending offset (or the broken hint).
+and text, the argument, the program id and the offending offset (or the broken hint).  The
+shadow arrays of race detection follow the record; a race found in them raises
+`kd.RaceError` (kdsl/runtime/races.py) when no bounds check failed.
 
 NaN poison (`poison=True`, `KDSL_POISON=1`): before the launch, every array the kernel stores
 to is filled with NaN (float types) or the byte 0x7f repeated (integers, 0x7f7f7f7f for int32),
@@ -121,10 +123,16 @@ def violation(info: dict[str, Any], record: np.ndarray, args: list[BoundArg]
 def run_checked(info: dict[str, Any], launch: Launch, grid: tuple[int, int, int],
                 args: list[BoundArg]) -> None:
     """Launch a checked kernel with its hidden arguments; raise on a recorded violation."""
+    from .races import find_race, shadow_args
+
     extra, record = hidden_args(info, args)
-    launch(grid, list(args) + extra)
+    shadows = shadow_args(info, args)
+    launch(grid, list(args) + extra + [arg for arg, _ in shadows])
     if record[0]:
         raise violation(info, record, args)
+    race = find_race(info, shadows, args, grid) if shadows else None
+    if race is not None:
+        raise race
 
 
 # ------------------------------------------------------------------------------ NaN poison

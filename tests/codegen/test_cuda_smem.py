@@ -19,6 +19,7 @@ from kdsl.ir.loop import (
     Assign,
     Barrier,
     For,
+    If,
     Index,
     Kernel,
     KParam,
@@ -47,7 +48,8 @@ def reverse_kernel(n: int, threads: int = 128, extra: int = 0) -> Kernel:
     e_of_k = loop.Binary("add", tid, loop.Binary("mul", k, c(threads)))
     fill = For(k, c(0), c(n // threads), c(1), [
         Assign(e, e_of_k), ArrayStore(buf, e, loop.Load(PtrAdd(x, e))),
-        ArrayStore(tag, c(0), c(1))])
+        # one writer: every thread writing tag[0] would be a shared-memory race
+        If(loop.Binary("eq", tid, c(0)), [ArrayStore(tag, c(0), c(1))])])
     back = For(k, c(0), c(n // threads), c(1), [
         Assign(e, e_of_k),
         Store(PtrAdd(out, e), Index(buf, loop.Binary("sub", c(n - 1), e)))])
