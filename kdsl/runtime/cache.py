@@ -32,6 +32,7 @@ from typing import Any
 
 from kdsl.backends.base import Backend
 
+from .cache_folder import cache_dir
 from .compiler import CompiledKernel, build_tile, finish_kernel
 
 MAGIC = b"KDSLC1\n"
@@ -44,18 +45,6 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: renames alone keep entries whole
     fcntl = None
-
-
-def cache_dir() -> Path:
-    """`KDSL_CACHE_DIR`, else `$XDG_CACHE_HOME/kdsl` (an absolute XDG_CACHE_HOME only, as the
-    XDG spec says), else `~/.cache/kdsl`."""
-    explicit = os.environ.get("KDSL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    if xdg and os.path.isabs(xdg):
-        return Path(xdg) / "kdsl"
-    return Path.home() / ".cache" / "kdsl"
 
 
 def enabled() -> bool:

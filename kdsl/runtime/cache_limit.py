@@ -85,7 +85,7 @@ def _other_files(folder: Path) -> dict[str, list[Path]]:
 
 
 def usage(folder: Path | None = None) -> Usage:
-    from .cache import cache_dir
+    from .cache_folder import cache_dir
 
     folder = Path(folder) if folder is not None else cache_dir()
     files = list(_entry_files(folder))  # entries with their locks and temporaries
@@ -103,7 +103,7 @@ def usage(folder: Path | None = None) -> Usage:
 def clear(folder: Path | None = None) -> int:
     """Delete kdsl's files from the cache folder (and the folders they leave empty); returns
     how many files went."""
-    from .cache import cache_dir
+    from .cache_folder import cache_dir
 
     folder = Path(folder) if folder is not None else cache_dir()
     removed = 0

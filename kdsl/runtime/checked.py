@@ -1,12 +1,11 @@
 """The launch side of the debugging modes: checked launches and NaN poison.
 
 Checked mode (`check=True`, `KDSL_CHECK=1`) and debug mode's device assertions
-(`debug=True`, `KDSL_DEBUG=1`, raising `kd.DeviceAssertionError`): the compiler (`kdsl/passes/checks.py`) appended
-hidden parameters to the kernel and recorded `attrs["checks"]`.  `run_checked` appends their
-values (the bounds of the element offsets each array argument allows: [0, size) for an array,
-the view's memory span for a strided view (kdsl/runtime/views.py), then a zeroed int64 error
-record), launches,
-reads the record back and raises `kd.OutOfBoundsError` naming the kernel, the source file, line
+(`debug=True`, `KDSL_DEBUG=1`, raising `kd.DeviceAssertionError`): the compiler
+(`kdsl/passes/checks.py`) appended hidden parameters to the kernel and recorded
+`attrs["checks"]`.  `run_checked` appends their values (the bounds of the element offsets each
+array argument allows: [0, size) for an array, the view's memory span for a strided view
+(kdsl/runtime/views.py), then a zeroed int64 error record), launches, reads the record back and raises `kd.OutOfBoundsError` naming the kernel, the source file, line
 and text, the argument, the program id and the offending offset (or the broken hint).  The
 shadow arrays of race detection follow the record; a race found in them raises
 `kd.RaceError` (kdsl/runtime/races.py) when no bounds check failed.
@@ -28,6 +27,7 @@ from kdsl.backends.base import BoundArg
 from kdsl.errors import DeviceAssertionError, OutOfBoundsError
 from kdsl.ir import types as T
 from kdsl.passes.checks import ERROR_PARAM, ERROR_WORDS, EXTENT_PREFIX, LOWER_PREFIX, Site
+from kdsl.runtime.races import bounds
 
 Launch = Callable[[tuple[int, int, int], list[BoundArg]], None]
 
@@ -51,11 +51,6 @@ def hidden_args(info: dict[str, Any], args: list[BoundArg]) -> tuple[list[BoundA
     extra.append(BoundArg(ERROR_PARAM, "array", T.int64, record, record, record.nbytes,
                           record.size))
     return extra, record
-
-
-def bounds(a: BoundArg) -> tuple[int, int]:
-    """[lower, extent): the element offsets from an array argument's pointer its memory allows."""
-    return -int(a.origin), int(a.numel) - int(a.origin)
 
 
 def _assertion(info: dict[str, Any], site: Site, count: int, pid: tuple[int, int, int],

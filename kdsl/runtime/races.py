@@ -32,10 +32,14 @@ class RaceAccess(NamedTuple):
     source: str
 
 
+def bounds(a: BoundArg) -> tuple[int, int]:
+    """[lower, extent): the element offsets from an array argument's pointer its memory allows."""
+    return -int(a.origin), int(a.numel) - int(a.origin)
+
+
 def shadow_args(info: dict[str, Any], args: list[BoundArg]
                 ) -> list[tuple[BoundArg, np.ndarray]]:
     """The hidden shadow arguments (in order) and their arrays, for the user's bound `args`."""
-    from .checked import bounds
 
     out = []
     for i in info.get("shadows", ()):
@@ -78,7 +82,6 @@ def find_race(info: dict[str, Any], shadows: list[tuple[BoundArg, np.ndarray]],
               args: list[BoundArg], grid: tuple[int, int, int]) -> RaceError | None:
     """The error describing the first race the shadows recorded (lowest offset of the first
     argument in parameter order), or None."""
-    from .checked import bounds
 
     found = []
     for i, (_, shadow) in zip(info.get("shadows", ()), shadows):
