@@ -5,7 +5,8 @@ Checked mode (`check=True`, `KDSL_CHECK=1`) and debug mode's device assertions
 (`kdsl/passes/checks.py`) appended hidden parameters to the kernel and recorded
 `attrs["checks"]`.  `run_checked` appends their values (the bounds of the element offsets each
 array argument allows: [0, size) for an array, the view's memory span for a strided view
-(kdsl/runtime/views.py), then a zeroed int64 error record), launches, reads the record back and raises `kd.OutOfBoundsError` naming the kernel, the source file, line
+(kdsl/runtime/views.py), then a zeroed int64 error record), launches, reads the record back
+and raises `kd.OutOfBoundsError` naming the kernel, the source file, line
 and text, the argument, the program id and the offending offset (or the broken hint).  The
 shadow arrays of race detection follow the record; a race found in them raises
 `kd.RaceError` (kdsl/runtime/races.py) when no bounds check failed.
