@@ -22,9 +22,10 @@ from kdsl.fuzz.model import (
     bcast,
     promote,
 )
+from kdsl.fuzz.triton import TRITON_FEATURES, TritonStatements
 
 
-class _Gen:
+class _Gen(TritonStatements):
     """Builds one program statement by statement, tracking the variables in scope."""
 
     def __init__(self, d: _Draw, allow: frozenset[str]):
@@ -36,6 +37,13 @@ class _Gen:
         self.depth = 0
         self.count = 0
         self.inputs: list[tuple[tuple[str, ...], str]] = []
+        # outputs written inside the body (atomics, stores before a `return`): out0, out1, ...
+        self.outs: list[Val] = []
+        self.out_data: list[bool] = []  # output j starts with random data (else the sentinel)
+        self.helpers: dict[str, str] = {}  # @kd.jit functions the kernel calls, by name
+        self.libdevice = False
+        self.loop_vars: list[str] = []  # induction variables of the enclosing loops
+        self.live_bps: list[str] = []  # block pointers made at the top level
 
     # ---- helpers
 
@@ -90,8 +98,10 @@ class _Gen:
     def statement(self) -> None:
         kinds = ["binary", "unary", "literal", "compare", "where", "cast", "reduce", "expand",
                  "trans", "logic", "intdiv", "dot"]
+        kinds += ["scan", "atomic", "block_ptr", "random", "return", "tuple_reduce",
+                  "max_index", "shape", "fp8", "libdevice"]
         if self.depth == 0:
-            kinds += ["loop", "if"]
+            kinds += ["loop", "if", "while"]
         kinds = [k for k in kinds if k in self.allow]
         kind = self.d.choice(kinds)
         if getattr(self, f"s_{kind}")() is False:
@@ -317,6 +327,11 @@ class _Gen:
 
     def s_loop(self):
         """A runtime `for` with a carried tile; the body sees the induction variable `i`."""
+        self._loop("for")
+
+    def _loop(self, kind: str) -> None:
+        """A runtime loop (`for` over `range(0, n_iter)`, or a `while` on a counter and, maybe,
+        on the carried value) carrying one tile or scalar, with one to three body statements."""
         d = self.d
         if d.chance(50):
             init = self.pick(lambda v: v.storable)
@@ -327,11 +342,19 @@ class _Gen:
             init = self.define(f"kd.zeros(({dims}{',' if len(shape) == 1 else ''}), "
                                f"{_KD[dtype]})", shape, dtype, 0.0, 0.0)
         acc = self.define(init.name, init.shape, init.dtype, init.mag, init.err)
-        self.emit("for i in range(0, n_iter):")
+        if kind == "for":
+            ivar, trips, exact_acc = "i", 4, False
+            self.emit("for i in range(0, n_iter):")
+        else:
+            ivar = self.fresh("w")
+            cond, trips, exact_acc = self.while_cond(ivar, acc)
+            self.emit(f"{ivar} = 0")
+            self.emit(f"while {cond}:")
         self.indent += 1
         self.depth += 1
+        self.loop_vars.append(ivar)
         mark = len(self.vals)
-        self.vals.append(Val("i", (), "int32", 4.0, 0.0))
+        self.vals.append(Val(ivar, (), "int32", float(trips), 0.0))
         for _ in range(d.int(1, 3)):
             self.statement()
         ok = (lambda v: v is not acc and bcast(acc.shape, v.shape) == acc.shape
@@ -352,13 +375,17 @@ class _Gen:
         elif _is_float(t.dtype):  # int accumulator, float update: keep it integer and exact
             update, mag, err = None, 0.0, 0.0
         else:
-            mag, err = acc.mag + 4 * t.mag, 0.0
+            mag, err = acc.mag + trips * t.mag, 0.0
             update = (f"{acc.name} + {t.name}" if d.chance(50)
                       else f"kd.maximum({acc.name}, {t.name})")
-        if update is None or mag > _MAG_LIMIT[acc.dtype]:
+        if update is None or mag > _MAG_LIMIT[acc.dtype] or (exact_acc and err):
+            # (a `while` condition on the carried value needs it exact)
             update, mag, err = keep, acc.mag, acc.err
         self.emit(f"{acc.name} = {update}")
+        if kind == "while":
+            self.emit(f"{ivar} += 1" if d.chance(50) else f"{ivar} = {ivar} + 1")
         del self.vals[mark:]
+        self.loop_vars.pop()
         self.depth -= 1
         self.indent -= 1
         acc.mag, acc.err = mag, err
@@ -410,12 +437,15 @@ class _Gen:
 ALL_FEATURES = frozenset(["binary", "unary", "literal", "compare", "where", "cast", "reduce",
                           "expand", "trans", "logic", "intdiv", "dot", "loop", "if",
                           # bfloat16 scalars (reductions to a scalar, casts of scalars)
-                          "bf16_scalar"])
+                          "bf16_scalar"]) | TRITON_FEATURES
 
 
 def _store(gen: _Gen, v: Val, j: int) -> None:
     if not v.shape:
         gen.emit(f"kd.store(out{j}, {v.name})")
+        return
+    if "block_ptr" in gen.allow and gen.d.chance(25):
+        gen.store_block_ptr(v, j)
         return
     off, mask = gen.offsets(v.shape)
     gen.emit(f"kd.store(out{j} + {off}, {v.name}, mask={mask})")
@@ -436,19 +466,29 @@ def build_program(d: _Draw, features: frozenset[str] = ALL_FEATURES,
         v = d.choice(storable or outs)
         if v not in outs:
             outs.append(v)
+    base = len(gen.outs)  # outputs written in the body come first
     for j, v in enumerate(outs):
-        _store(gen, v, j)
+        _store(gen, v, base + j)
+    outs = gen.outs + outs
     params = [f"in{i}" for i in range(len(gen.inputs))] + [f"out{j}" for j in range(len(outs))]
     params += ["nM", "nN", "nK", "n_iter", "sf", "si",
                "BM: kd.constexpr", "BN: kd.constexpr", "BK: kd.constexpr"]
-    head = ["import kdsl as kd", "", "", "@kd.jit", f"def kern({', '.join(params)}):",
-            "    rM = kd.arange(0, BM)", "    rN = kd.arange(0, BN)", "    rK = kd.arange(0, BK)"]
+    head = ["import kdsl as kd"]
+    if gen.libdevice:
+        head.append("from kdsl.language.extra import libdevice")
+    head += ["", ""]
+    for helper in gen.helpers.values():
+        head += helper.split("\n") + ["", ""]
+    head += ["@kd.jit", f"def kern({', '.join(params)}):",
+             "    rM = kd.arange(0, BM)", "    rN = kd.arange(0, BN)", "    rK = kd.arange(0, BK)"]
     source = "\n".join(head + gen.lines) + "\n"
     out_types = [(v.shape, "int32" if v.dtype == "int1" else v.dtype) for v in outs]
+    out_data = gen.out_data + [False] * (len(outs) - len(gen.out_data))
     return Program(source=source, blocks=gen.blocks, extents=extents, inputs=gen.inputs,
                    outputs=out_types, errs=[v.err for v in outs], n_iter=d.int(0, 4),
                    sf=d.int(-8, 8) / 4, si=d.int(-8, 8), data_seed=d.int(0, 2**31 - 1),
-                   discrete=d.chance(40), num_warps=d.choice([4, 1, 2, 8]))
+                   discrete=d.chance(40), num_warps=d.choice([4, 1, 2, 8]),
+                   out_data=out_data if any(out_data) else [])
 
 
 def programs(features: frozenset[str] = ALL_FEATURES, max_statements: int = 8):

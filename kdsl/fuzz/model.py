@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # --------------------------------------------------------------------------------- types
@@ -96,6 +96,7 @@ class Program:
     data_seed: int
     discrete: bool
     num_warps: int = 4
+    out_data: list[bool] = field(default_factory=list)  # outputs that start with random data
 
     def __repr__(self) -> str:  # hypothesis prints this for a falsifying example
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__dataclass_fields__)

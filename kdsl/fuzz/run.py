@@ -46,19 +46,33 @@ def _size(p: Program, shape: tuple[str, ...]) -> int:
     return int(np.prod([p.extents[x] for x in shape])) if shape else 1
 
 
-def make_inputs(p: Program) -> list[np.ndarray]:
+def _data(rng: np.random.Generator, dtype: str, n: int, discrete: bool) -> np.ndarray:
+    """n random values of `dtype`: ints in [-8, 8], floats in [-2, 2] (multiples of 0.25 when
+    `discrete`); bfloat16 as its bits."""
     from kdsl.ir.interp import bf16_bits
+    if dtype == "int32":
+        return rng.integers(-8, 9, n).astype(np.int32)
+    x = (rng.integers(-8, 9, n) / 4.0 if discrete else rng.uniform(-2, 2, n))
+    return bf16_bits(x.astype(np.float32)) if dtype == "bfloat16" else x.astype(_NP[dtype])
+
+
+def make_inputs(p: Program) -> list[np.ndarray]:
     rng = np.random.default_rng(p.data_seed)
-    arrays = []
-    for shape, dtype in p.inputs:
-        n = _size(p, shape)
-        if dtype == "int32":
-            arrays.append(rng.integers(-8, 9, n).astype(np.int32))
-            continue
-        x = (rng.integers(-8, 9, n) / 4.0 if p.discrete else rng.uniform(-2, 2, n))
-        arrays.append(bf16_bits(x.astype(np.float32)) if dtype == "bfloat16"
-                      else x.astype(_NP[dtype]))
-    return arrays
+    return [_data(rng, dtype, _size(p, shape), p.discrete) for shape, dtype in p.inputs]
+
+
+def initial_outputs(p: Program) -> list[np.ndarray]:
+    """The output buffers before the launch: the sentinel everywhere, or random data (outputs
+    that atomics update) followed by the guard."""
+    rng = np.random.default_rng(p.data_seed + 1)
+    outs = []
+    for j, (s, t) in enumerate(p.outputs):
+        n = _size(p, s)
+        o = np.full(n + _GUARD, _sentinel(t)[0])
+        if j < len(p.out_data) and p.out_data[j]:
+            o[:n] = _data(rng, t, n, p.discrete)
+        outs.append(o)
+    return outs
 
 
 def _sentinel(dtype: str) -> np.ndarray:
@@ -72,7 +86,7 @@ def run_on(p: Program, backend: str, inputs: list[np.ndarray]) -> list[np.ndarra
     """Launch the program on one backend; returns the output buffers (guards included)."""
     from kdsl.runtime.binding import bfloat16_view
     kern = load_kernel(p.source)
-    outs = [np.full(_size(p, s) + _GUARD, _sentinel(t)[0]) for s, t in p.outputs]
+    outs = initial_outputs(p)
     wrap = (lambda a, t: bfloat16_view(a) if t == "bfloat16" else a)
     args = [wrap(a.copy(), t) for a, (_, t) in zip(inputs, p.inputs)]
     args += [wrap(o, t) for o, (_, t) in zip(outs, p.outputs)]
