@@ -36,7 +36,10 @@ TRITON_FEATURES = frozenset(["scan", "atomic", "block_ptr", "random", "while", "
                              # an early return (a runtime `if`) in a loop while a block pointer
                              # made before the loop is live: a known frontend bug
                              # (docs/fuzzing.md, "Findings")
-                             "bp_loop_if"])
+                             "bp_loop_if",
+                             # `while (w < n_iter) | (w < si)`: PoCL 3.1 miscompiles some
+                             # kernels with it (docs/fuzzing.md, "Findings")
+                             "while_or"])
 
 # `@kd.jit` helpers, written into the program's module when a statement uses them
 HELPERS = {
@@ -644,7 +647,7 @@ class TritonStatements:
         """(condition, most iterations, whether it needs `acc` exact)."""
         d = self.d
         form = d.int(0, 3)
-        if form == 1:
+        if form == 1 and "while_or" in self.allow:
             return (f"({w} < n_iter) | ({w} < si)" if d.chance(50)
                     else f"{w} < n_iter or {w} < si"), 8, False
         if form == 2:

@@ -13,8 +13,10 @@ import kdsl.fuzz as F
 
 EXAMPLES = 150
 
-# Every generated feature runs in CI (the bugs the fuzzer found are fixed: docs/fuzzing.md).
-CI_FEATURES = F.ALL_FEATURES
+# Every generated feature runs in CI except those that hit a known, unfixed bug (each has an
+# xfail regression test in test_fuzz_regressions.py; docs/fuzzing.md, "Findings").
+KNOWN_BUGS = frozenset(["bp_loop_if", "while_or"])
+CI_FEATURES = F.ALL_FEATURES - KNOWN_BUGS
 
 
 def _backends() -> list[str]:
