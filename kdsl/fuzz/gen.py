@@ -103,6 +103,9 @@ class _Gen(TritonStatements):
         if self.depth == 0:
             kinds += ["loop", "if", "while"]
         kinds = [k for k in kinds if k in self.allow]
+        if not kinds:  # (only loops and ifs allowed, inside a loop or if)
+            self.load()
+            return
         kind = self.d.choice(kinds)
         if getattr(self, f"s_{kind}")() is False:
             self.load()

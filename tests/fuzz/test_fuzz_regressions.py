@@ -14,7 +14,7 @@ def _bp_then_if_in_loop(x, o, n, n_iter, BM: kd.constexpr):
     bp = kd.make_block_ptr(x, shape=(n,), strides=(1,), offsets=(0,), block_shape=(BM,),
                            order=(0,))
     acc = kd.zeros((BM,), kd.float32)
-    for i in range(0, n_iter):
+    for i in range(n_iter):
         if i == 1:
             acc += 1.0
     kd.store(o + r, kd.load(bp, boundary_check=(0,)) + acc, mask=r < n)
@@ -25,7 +25,7 @@ def _bp_then_return_in_loop(x, o, n, n_iter, BM: kd.constexpr):
     r = kd.arange(0, BM)
     bp = kd.make_block_ptr(x, shape=(n,), strides=(1,), offsets=(0,), block_shape=(BM,),
                            order=(0,))
-    for i in range(0, n_iter):
+    for i in range(n_iter):
         if i == 2:
             return
     kd.store(o + r, kd.load(bp, boundary_check=(0,)), mask=r < n)
@@ -37,7 +37,7 @@ def _tuple_then_if_in_loop(x, o, n, n_iter, BM: kd.constexpr):
     a = kd.load(x + r, mask=r < n)
     t = (a, a + 1)
     acc = kd.zeros((BM,), kd.float32)
-    for i in range(0, n_iter):
+    for i in range(n_iter):
         if i == 1:
             acc += 1.0
     kd.store(o + r, t[0] + t[1] + acc, mask=r < n)
