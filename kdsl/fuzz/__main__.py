@@ -1,0 +1,7 @@
+"""`python -m kdsl.fuzz`: the differential fuzzer's command (docs/fuzzing.md)."""
+
+import sys
+
+from kdsl.fuzz.run import main
+
+sys.exit(main())

@@ -1,0 +1,103 @@
+"""Regression tests for what the differential fuzzer (kdsl/fuzz/) found: each is the minimal
+kernel of a finding, checked against a NumPy reference on every backend (docs/fuzzing.md,
+"Findings"). Known, unfixed bugs are `xfail(strict=True)`, so a fix shows up as XPASS."""
+
+import numpy as np
+import pytest
+
+import kdsl as kd
+
+
+@kd.jit
+def _bp_then_if_in_loop(x, o, n, n_iter, BM: kd.constexpr):
+    r = kd.arange(0, BM)
+    bp = kd.make_block_ptr(x, shape=(n,), strides=(1,), offsets=(0,), block_shape=(BM,),
+                           order=(0,))
+    acc = kd.zeros((BM,), kd.float32)
+    for i in range(n_iter):
+        if i == 1:
+            acc += 1.0
+    kd.store(o + r, kd.load(bp, boundary_check=(0,)) + acc, mask=r < n)
+
+
+@kd.jit
+def _bp_then_return_in_loop(x, o, n, n_iter, BM: kd.constexpr):
+    r = kd.arange(0, BM)
+    bp = kd.make_block_ptr(x, shape=(n,), strides=(1,), offsets=(0,), block_shape=(BM,),
+                           order=(0,))
+    for i in range(n_iter):
+        if i == 2:
+            return
+    kd.store(o + r, kd.load(bp, boundary_check=(0,)), mask=r < n)
+
+
+@kd.jit
+def _tuple_then_if_in_loop(x, o, n, n_iter, BM: kd.constexpr):
+    r = kd.arange(0, BM)
+    a = kd.load(x + r, mask=r < n)
+    t = (a, a + 1)
+    acc = kd.zeros((BM,), kd.float32)
+    for i in range(n_iter):
+        if i == 1:
+            acc += 1.0
+    kd.store(o + r, t[0] + t[1] + acc, mask=r < n)
+
+
+# Found: a runtime `if` inside a runtime loop rebuilt every aggregate in scope (block pointer,
+# tuple) from the if's merge, and the loop then rejected the untouched aggregate as reassigned.
+@pytest.mark.parametrize("kernel,expect", [
+    (_bp_then_if_in_loop, lambda x, n_iter: x + (1.0 if n_iter > 1 else 0.0)),
+    (_bp_then_return_in_loop, lambda x, n_iter: x if n_iter <= 2 else np.zeros_like(x)),
+    (_tuple_then_if_in_loop, lambda x, n_iter: 2 * x + 1 + (1.0 if n_iter > 1 else 0.0)),
+], ids=["block_ptr_if", "block_ptr_return", "tuple_if"])
+@pytest.mark.parametrize("n_iter", [1, 3])
+def test_aggregate_live_across_loop_with_runtime_if(backend, kernel, expect, n_iter):
+    x = np.arange(8, dtype=np.float32) - 3
+    o = np.zeros(8, np.float32)
+    kernel[(1,)](x, o, 6, n_iter, BM=8, backend=backend)
+    np.testing.assert_array_equal(o[:6], expect(x[:6], n_iter))
+    assert (o[6:] == 0).all()
+
+
+@kd.jit
+def _while_or_after_return(x, o, o2, n, n_iter, si, BN: kd.constexpr):
+    r = kd.arange(0, BN)
+    v1 = kd.load(x + r[None, :], mask=r[None, :] < n, other=1.0)
+    v2 = kd.trans(v1)  # through shared memory: v1 is live across a barrier
+    w = 0
+    while w < n_iter:
+        w += 1
+    if si % 2 == 0:
+        kd.store(o2 + r[:, None], v2, mask=r[:, None] < n)
+        return
+    w2 = 0
+    while w2 < n_iter or w2 < si:
+        w2 += 1
+    kd.store(o + r[None, :], v1, mask=r[None, :] < n)
+
+
+# The generated OpenCL C is correct (it runs right with -cl-opt-disable); PoCL's optimiser
+# drops the value. The same failure in plain OpenCL C, 16 lines:
+#     float v; const int tid = get_local_id(0);
+#     if (tid < 8) v = in0[tid];
+#     barrier(CLK_LOCAL_MEM_FENCE);
+#     if (si % 2 != 0) {
+#         int w = 0; while ((w < n_iter) | (w < si)) w = w + 1;
+#         if (tid < 8) { int t = tid & 7; if (t < nN) out2[t] = v; }
+#     }
+_POCL_BUG = ("PoCL 3.1 (LLVM 15) miscompiles a value live across a barrier and read after a "
+             "`while ((w < a) | (w < b))` loop inside an `if`: the store writes garbage; "
+             "correct with -cl-opt-disable")
+
+
+@pytest.mark.parametrize("num_warps", [1, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_value_across_barrier_read_after_while_in_if(backend, request, dtype, num_warps):
+    if backend == "opencl":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=_POCL_BUG))
+    x = (np.arange(8) - 2.5).astype(dtype)
+    o = np.full(8, -7, dtype)
+    o2 = np.full(8, -7, dtype)
+    _while_or_after_return[(1,)](x, o, o2, 3, 0, 1, BN=8, backend=backend, num_warps=num_warps)
+    np.testing.assert_array_equal(o[:3], x[:3])
+    assert (o[3:] == -7).all() and (o2 == -7).all()
