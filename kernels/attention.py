@@ -18,7 +18,13 @@ decode_attention: one query token per sequence, q [batch, heads, dim]; caches
 maps a sequence's logical block i to a cache block; seq_lens [batch] int32.  One program per
 (sequence, head) loops over the sequence's blocks through the table, one cache block (a tile
 of block_size tokens) per step, with the same online softmax.  A sequence of length 0 gives a
-zero output.
+zero output.  NumPy tables are checked before the launch (a ValueError names the entry); device
+tables (CuPy, OpenCL, torch CUDA) are not copied to the host for that, so a decode step does not
+synchronise: the kernel clamps a length to [0, max_blocks * block_size] and reads nothing
+through a block id outside the cache (those tokens are masked off).
+
+Offsets: the batch/head/sequence bases are int64; the tile offsets of `attention` become int64
+when an operand spans 2**31 elements or more (kernels/_index.py).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import numpy as np
 import kdsl as kd
 
 from . import configs
+from ._index import wide_offsets, widen
 from ._validate import (
     FLOATS,
     as_arg,
@@ -39,7 +46,6 @@ from ._validate import (
     resolve_backend,
     result,
     same_dtype,
-    to_host,
     unit_inner,
 )
 
@@ -48,10 +54,12 @@ from ._validate import (
 def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, seq_k, dim,
                            scale, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs,
                            CAUSAL: kd.constexpr, BLOCK_M: kd.constexpr,
-                           BLOCK_N: kd.constexpr, BLOCK_D: kd.constexpr):
-    # s{q,k,v}{b,h,s}: element strides of batch, head and sequence (the head dim is unit)
+                           BLOCK_N: kd.constexpr, BLOCK_D: kd.constexpr,
+                           WIDE: kd.constexpr = False):
+    # s{q,k,v}{b,h,s}: element strides of batch, head and sequence (the head dim is unit);
+    # bases in int64, tile offsets in int64 only when WIDE (kernels/_index.py)
     start_m = kd.program_id(0)
-    bh = kd.program_id(1)
+    bh = kd.program_id(1).to(kd.int64)
     batch = bh // heads
     head = bh % heads
     kv_head = head // (heads // kv_heads)
@@ -59,7 +67,7 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, s
     o_ptr += bh * seq_q * dim
     k_ptr += batch * skb + kv_head * skh
     v_ptr += batch * svb + kv_head * svh
-    offs_m = start_m * BLOCK_M + kd.arange(0, BLOCK_M)
+    offs_m = widen(start_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
     offs_d = kd.arange(0, BLOCK_D)
     d_mask = offs_d[None, :] < dim
     q_mask = (offs_m[:, None] < seq_q) & d_mask
@@ -72,7 +80,7 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, s
     if CAUSAL:
         hi = kd.minimum(seq_k, (start_m + 1) * BLOCK_M + shift)
     for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + kd.arange(0, BLOCK_N)
+        offs_n = widen(start_n + kd.arange(0, BLOCK_N), WIDE)
         kv_mask = (offs_n[:, None] < seq_k) & d_mask
         k = kd.load(k_ptr + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
         v = kd.load(v_ptr + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
@@ -92,9 +100,9 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, s
 
 @kd.jit
 def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, kv_heads, dim,
-                        max_blocks, scale, BLOCK_SIZE, BLOCK_T: kd.constexpr,
+                        max_blocks, num_blocks, scale, BLOCK_SIZE, BLOCK_T: kd.constexpr,
                         BLOCK_D: kd.constexpr):
-    seq = kd.program_id(0)
+    seq = kd.program_id(0).to(kd.int64)  # bases may pass 2**31 (kernels/_index.py)
     head = kd.program_id(1)
     kv_head = head // (heads // kv_heads)
     offs_d = kd.arange(0, BLOCK_D)
@@ -102,7 +110,9 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, 
     d_mask = offs_d < dim
     q = kd.load(q_ptr + (seq * heads + head) * dim + offs_d, mask=d_mask, other=0.0)
     q = q.to(kd.float32) * scale
-    seq_len = kd.load(lens_ptr + seq)
+    # Device tables are not copied to the host for checks: a length is clamped to the table's
+    # capacity and a block id outside the cache reads nothing (its tokens are masked off).
+    seq_len = kd.minimum(kd.maximum(kd.load(lens_ptr + seq), 0), max_blocks * BLOCK_SIZE)
     m_i = -float("inf")
     l_i = 0.0
     acc = kd.zeros((BLOCK_D,), kd.float32)
@@ -110,11 +120,13 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, 
     for blk in range(kd.cdiv(seq_len, BLOCK_SIZE)):
         phys = kd.load(table_ptr + seq * max_blocks + blk)
         tok = blk * BLOCK_SIZE + offs_t
-        t_mask = (offs_t < BLOCK_SIZE) & (tok < seq_len)
-        offs = (phys * BLOCK_SIZE + offs_t)[:, None] * row_stride + kv_head * dim + offs_d[None, :]
+        t_mask = (offs_t < BLOCK_SIZE) & (tok < seq_len) & (phys >= 0) & (phys < num_blocks)
+        # the block's first element as an int64 scalar; offsets inside a block stay int32
+        base = phys.to(kd.int64) * BLOCK_SIZE * row_stride + kv_head * dim
+        offs = offs_t[:, None] * row_stride + offs_d[None, :]
         mask = t_mask[:, None] & d_mask[None, :]
-        k = kd.load(k_ptr + offs, mask=mask, other=0.0).to(kd.float32)
-        v = kd.load(v_ptr + offs, mask=mask, other=0.0).to(kd.float32)
+        k = kd.load(k_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
+        v = kd.load(v_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
         s = kd.where(t_mask, kd.sum(k * q[None, :], axis=1), -float("inf"))
         m_new = kd.maximum(m_i, kd.max(s, axis=0))
         p = kd.exp(s - m_new)
@@ -162,8 +174,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
     (q_, sq), (k_, sk), (v_, sv) = unit_inner(q_), unit_inner(k_), unit_inner(v_)
     flash_attention_kernel[grid](q_.kernel_arg, k_.kernel_arg, v_.kernel_arg, out.kernel_arg,
                                  H, KVH, Sq, Sk, D, s, *sq[:3], *sk[:3], *sv[:3],
-                                 CAUSAL=bool(causal),
-                                 BLOCK_D=max(16, next_pow2(D)), backend=be, **meta)
+                                 CAUSAL=bool(causal), BLOCK_D=max(16, next_pow2(D)),
+                                 WIDE=wide_offsets(q_, k_, v_, out), backend=be, **meta)
     return result(out)
 
 
@@ -208,7 +220,10 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_l
     if lens.shape != (B,):
         raise ValueError(f"seq_lens: expected shape ({B},), got {lens.shape}")
     max_blocks = table.shape[1]
-    _check_pages(to_host(table), to_host(lens), NB, BS, max_blocks)
+    if table.kind == lens.kind == "numpy":
+        # host tables are checked before the launch; device tables are not copied back for
+        # it (a synchronising copy per decode step): the kernel clamps what is out of range
+        _check_pages(table.data, lens.data, NB, BS, max_blocks)
     s = _scale(scale, D)
     be = resolve_backend(backend, q_, kc, vc, table, lens)
     out = empty(q_, q_.shape, q_.dtype)
@@ -216,7 +231,8 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_l
         return result(out)
     meta = configs.pick(configs.DECODE, be, D)
     paged_decode_kernel[(B, H)](q_.kernel_arg, kc.kernel_arg, vc.kernel_arg, table.data,
-                                lens.data, out.kernel_arg, H, KVH, D, max(1, max_blocks), s, BS,
+                                lens.data, out.kernel_arg, H, KVH, D, max(1, max_blocks), NB, s,
+                                BS,
                                 BLOCK_T=next_pow2(BS), BLOCK_D=max(16, next_pow2(D)),
                                 backend=be, **meta)
     return result(out)

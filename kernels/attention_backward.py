@@ -46,12 +46,14 @@ def attention_lse_kernel(q_ptr, k_ptr, o_ptr, do_ptr, lse_ptr, delta_ptr, heads,
                          seq_q, seq_k, dim, scale, CAUSAL: kd.constexpr, BLOCK_M: kd.constexpr,
                          BLOCK_N: kd.constexpr, BLOCK_D: kd.constexpr):
     start_m = kd.program_id(0)
-    bh = kd.program_id(1)
+    bh = kd.program_id(1).to(kd.int64)  # bases may pass 2**31 (kernels/_index.py)
     batch = bh // heads
     kv_head = (bh % heads) // (heads // kv_heads)
     q_ptr += bh * seq_q * dim
     o_ptr += bh * seq_q * dim
     do_ptr += bh * seq_q * dim
+    lse_ptr += bh * seq_q
+    delta_ptr += bh * seq_q
     k_ptr += (batch * kv_heads + kv_head) * seq_k * dim
     offs_m = start_m * BLOCK_M + kd.arange(0, BLOCK_M)
     offs_d = kd.arange(0, BLOCK_D)
@@ -80,8 +82,8 @@ def attention_lse_kernel(q_ptr, k_ptr, o_ptr, do_ptr, lse_ptr, delta_ptr, heads,
     o = kd.load(o_ptr + q_offs, mask=q_mask, other=0.0).to(kd.float32)
     do = kd.load(do_ptr + q_offs, mask=q_mask, other=0.0).to(kd.float32)
     rows = offs_m < seq_q
-    kd.store(lse_ptr + bh * seq_q + offs_m, m_i + kd.log(l_i), mask=rows)
-    kd.store(delta_ptr + bh * seq_q + offs_m, kd.sum(o * do, axis=1), mask=rows)
+    kd.store(lse_ptr + offs_m, m_i + kd.log(l_i), mask=rows)
+    kd.store(delta_ptr + offs_m, kd.sum(o * do, axis=1), mask=rows)
 
 
 @kd.jit
@@ -90,16 +92,20 @@ def attention_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
                           BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr,
                           BLOCK_D: kd.constexpr):
     start_n = kd.program_id(0) * BLOCK_N
-    bkv = kd.program_id(1)
+    bkv = kd.program_id(1).to(kd.int64)  # bases may pass 2**31 (kernels/_index.py)
     batch = bkv // kv_heads
     kv_head = bkv % kv_heads
     group = heads // kv_heads
-    kv_offs0 = bkv * seq_k * dim
+    kv_base = bkv * seq_k * dim
+    k_ptr += kv_base
+    v_ptr += kv_base
+    dk_ptr += kv_base
+    dv_ptr += kv_base
     offs_n = start_n + kd.arange(0, BLOCK_N)
     offs_d = kd.arange(0, BLOCK_D)
     d_mask = offs_d[None, :] < dim
     kv_mask = (offs_n[:, None] < seq_k) & d_mask
-    kv_offs = kv_offs0 + offs_n[:, None] * dim + offs_d[None, :]
+    kv_offs = offs_n[:, None] * dim + offs_d[None, :]
     k = kd.load(k_ptr + kv_offs, mask=kv_mask, other=0.0)
     v = kd.load(v_ptr + kv_offs, mask=kv_mask, other=0.0)
     dk = kd.zeros((BLOCK_N, BLOCK_D), kd.float32)
@@ -110,15 +116,19 @@ def attention_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
         lo = (kd.maximum(start_n - shift, 0) // BLOCK_M) * BLOCK_M
     for hh in range(group):
         bh = batch * heads + kv_head * group + hh
+        q_h = q_ptr + bh * seq_q * dim
+        do_h = do_ptr + bh * seq_q * dim
+        lse_h = lse_ptr + bh * seq_q
+        delta_h = delta_ptr + bh * seq_q
         for start_m in range(lo, seq_q, BLOCK_M):
             offs_m = start_m + kd.arange(0, BLOCK_M)
             rows = offs_m < seq_q
-            q_offs = bh * seq_q * dim + offs_m[:, None] * dim + offs_d[None, :]
+            q_offs = offs_m[:, None] * dim + offs_d[None, :]
             q_mask = rows[:, None] & d_mask
-            q = kd.load(q_ptr + q_offs, mask=q_mask, other=0.0)
-            do = kd.load(do_ptr + q_offs, mask=q_mask, other=0.0)
-            lse = kd.load(lse_ptr + bh * seq_q + offs_m, mask=rows, other=0.0)
-            delta = kd.load(delta_ptr + bh * seq_q + offs_m, mask=rows, other=0.0)
+            q = kd.load(q_h + q_offs, mask=q_mask, other=0.0)
+            do = kd.load(do_h + q_offs, mask=q_mask, other=0.0)
+            lse = kd.load(lse_h + offs_m, mask=rows, other=0.0)
+            delta = kd.load(delta_h + offs_m, mask=rows, other=0.0)
             s = kd.dot(q, kd.trans(k)) * scale
             keep = rows[:, None] & (offs_n[None, :] < seq_k)
             if CAUSAL:
@@ -137,21 +147,26 @@ def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                         kv_heads, seq_q, seq_k, dim, scale, CAUSAL: kd.constexpr,
                         BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_D: kd.constexpr):
     start_m = kd.program_id(0)
-    bh = kd.program_id(1)
+    bh = kd.program_id(1).to(kd.int64)  # bases may pass 2**31 (kernels/_index.py)
     batch = bh // heads
     kv_head = (bh % heads) // (heads // kv_heads)
     k_ptr += (batch * kv_heads + kv_head) * seq_k * dim
     v_ptr += (batch * kv_heads + kv_head) * seq_k * dim
+    q_ptr += bh * seq_q * dim
+    do_ptr += bh * seq_q * dim
+    dq_ptr += bh * seq_q * dim
+    lse_ptr += bh * seq_q
+    delta_ptr += bh * seq_q
     offs_m = start_m * BLOCK_M + kd.arange(0, BLOCK_M)
     offs_d = kd.arange(0, BLOCK_D)
     rows = offs_m < seq_q
     d_mask = offs_d[None, :] < dim
     q_mask = rows[:, None] & d_mask
-    q_offs = bh * seq_q * dim + offs_m[:, None] * dim + offs_d[None, :]
+    q_offs = offs_m[:, None] * dim + offs_d[None, :]
     q = kd.load(q_ptr + q_offs, mask=q_mask, other=0.0)
     do = kd.load(do_ptr + q_offs, mask=q_mask, other=0.0)
-    lse = kd.load(lse_ptr + bh * seq_q + offs_m, mask=rows, other=0.0)
-    delta = kd.load(delta_ptr + bh * seq_q + offs_m, mask=rows, other=0.0)
+    lse = kd.load(lse_ptr + offs_m, mask=rows, other=0.0)
+    delta = kd.load(delta_ptr + offs_m, mask=rows, other=0.0)
     dq = kd.zeros((BLOCK_M, BLOCK_D), kd.float32)
     shift = seq_k - seq_q
     hi = seq_k

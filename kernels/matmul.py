@@ -18,6 +18,7 @@ import kdsl as kd
 from kdsl.autotune import enabled as autotune_enabled
 
 from . import configs
+from ._index import wide_offsets, widen
 from ._validate import (
     FLOATS,
     Arg,
@@ -65,17 +66,19 @@ def grouped_tile(M, N, BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, GROUP_M: kd
 def matmul_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_ab, stride_bb, lda, ldb,
                   BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
                   GROUP_M: kd.constexpr, HAS_BIAS: kd.constexpr, ACT: kd.constexpr,
-                  A_T: kd.constexpr = False, B_T: kd.constexpr = False):
+                  A_T: kd.constexpr = False, B_T: kd.constexpr = False,
+                  WIDE: kd.constexpr = False):
     # BLAS layouts: a[m, k] at m * lda + k, or at m + k * lda when A_T (column-major, e.g. a
     # transposed view); b[k, n] likewise with ldb and B_T.  The unit stride is compile-time.
+    # The batch bases are int64; the tile offsets are int64 only when WIDE (kernels/_index.py).
     pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    batch = kd.program_id(1)
+    batch = kd.program_id(1).to(kd.int64)
     a_ptr += batch * stride_ab
     b_ptr += batch * stride_bb
     c_ptr += batch * M * N
-    rm = pid_m * BLOCK_M + kd.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + kd.arange(0, BLOCK_N)
-    rk = kd.arange(0, BLOCK_K)
+    rm = widen(pid_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
+    rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
+    rk = widen(kd.arange(0, BLOCK_K), WIDE)
     acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + rk
@@ -123,6 +126,8 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
     flags = {"HAS_BIAS": bias is not None, "ACT": act}
     if a_t or b_t:  # the defaults stay out of the specialisation of the common case
         flags.update(A_T=a_t, B_T=b_t)
+    if wide_offsets(a, b, out):
+        flags["WIDE"] = True
     if a.kind == "numpy" and backend != "interp" and autotune_enabled():
         # host arrays: the autotuner picks the fastest configuration that agrees with the
         # table's (per backend, device and (M, N, K); cached on disk; KDSL_AUTOTUNE=0 skips it)

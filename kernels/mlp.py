@@ -14,17 +14,20 @@ from typing import Any
 import kdsl as kd
 
 from . import configs
+from ._index import wide_offsets, widen
 from ._validate import FLOATS, as_arg, empty, resolve_backend, result, same_dtype
 from .matmul import grouped_tile, launch_matmul
 
 
 @kd.jit
 def gate_up_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, M, F, K, BLOCK_M: kd.constexpr,
-                   BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr, GROUP_M: kd.constexpr):
+                   BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr, GROUP_M: kd.constexpr,
+                   WIDE: kd.constexpr = False):
+    # tile offsets in int64 only when WIDE (kernels/_index.py)
     pid_m, pid_n = grouped_tile(M, F, BLOCK_M, BLOCK_N, GROUP_M)
-    rm = pid_m * BLOCK_M + kd.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + kd.arange(0, BLOCK_N)
-    rk = kd.arange(0, BLOCK_K)
+    rm = widen(pid_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
+    rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
+    rk = widen(kd.arange(0, BLOCK_K), WIDE)
     gate = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
     up = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -59,6 +62,7 @@ def mlp(x: Any, w_gate: Any, w_up: Any, w_down: Any, backend: str | None = None)
     if M and F:
         meta = configs.pick(configs.MLP, be, M * F)
         grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(F, meta["BLOCK_N"]),)
+        wide = {"WIDE": True} if wide_offsets(x_, wg, wu, h) else {}
         gate_up_kernel[grid](x_.kernel_arg, wg.kernel_arg, wu.kernel_arg, h.kernel_arg, M, F, K,
-                             backend=be, **meta)
+                             backend=be, **wide, **meta)
     return result(launch_matmul(h, wd, None, 0, be))

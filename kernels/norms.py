@@ -34,7 +34,7 @@ from ._validate import (
 
 @kd.jit
 def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.constexpr):
-    row = kd.program_id(0)
+    row = kd.program_id(0).to(kd.int64)  # row * stride may pass 2**31 (kernels/_index.py)
     x_ptr += row * x_row_stride
     y_ptr += row * N
     acc = kd.zeros((BLOCK,), kd.float32)
@@ -60,7 +60,7 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, x_row_stride, eps, BLOCK: k
 
 @kd.jit
 def rms_norm_kernel(x_ptr, w_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.constexpr):
-    row = kd.program_id(0)
+    row = kd.program_id(0).to(kd.int64)  # row * stride may pass 2**31 (kernels/_index.py)
     x_ptr += row * x_row_stride
     y_ptr += row * N
     acc = kd.zeros((BLOCK,), kd.float32)

@@ -49,7 +49,8 @@ def layer_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, db_ptr, row
     groups = kd.num_programs(0)
     dw_ptr += g * N
     db_ptr += g * N
-    for row in range(g, rows, groups):
+    for r in range(g, rows, groups):
+        row = r.to(kd.int64)  # row * stride may pass 2**31 (kernels/_index.py)
         xr = x_ptr + row * x_row_stride
         dyr = dy_ptr + row * dy_row_stride
         acc = kd.zeros((BLOCK,), kd.float32)
@@ -94,7 +95,8 @@ def rms_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, rows, N, x_ro
     g = kd.program_id(0)
     groups = kd.num_programs(0)
     dw_ptr += g * N
-    for row in range(g, rows, groups):
+    for r in range(g, rows, groups):
+        row = r.to(kd.int64)  # row * stride may pass 2**31 (kernels/_index.py)
         xr = x_ptr + row * x_row_stride
         dyr = dy_ptr + row * dy_row_stride
         acc = kd.zeros((BLOCK,), kd.float32)

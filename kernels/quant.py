@@ -22,6 +22,7 @@ from typing import Any
 import kdsl as kd
 
 from . import configs
+from ._index import wide_offsets, widen
 from ._validate import FLOATS, as_arg, check_shape, empty, positive_int, resolve_backend, result
 from .matmul import grouped_tile
 
@@ -29,11 +30,12 @@ from .matmul import grouped_tile
 @kd.jit
 def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size, BITS: kd.constexpr,
                         BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
-                        GROUP_M: kd.constexpr):
+                        GROUP_M: kd.constexpr, WIDE: kd.constexpr = False):
+    # tile offsets in int64 only when WIDE (kernels/_index.py)
     pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    rm = pid_m * BLOCK_M + kd.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + kd.arange(0, BLOCK_N)
-    rk = kd.arange(0, BLOCK_K)
+    rm = widen(pid_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
+    rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
+    rk = widen(kd.arange(0, BLOCK_K), WIDE)
     acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + rk
@@ -78,6 +80,7 @@ def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
     if M and N:
         meta = configs.pick(configs.QUANT, be, M * N)
         grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]),)
+        wide = {"WIDE": True} if wide_offsets(x_, w, s, out) else {}
         quant_matmul_kernel[grid](x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, M, N, K,
-                                  group_size, BITS=bits, backend=be, **meta)
+                                  group_size, BITS=bits, backend=be, **wide, **meta)
     return result(out)

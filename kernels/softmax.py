@@ -35,7 +35,7 @@ from ._validate import (
 
 @kd.jit
 def softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexpr):
-    row = kd.program_id(0)
+    row = kd.program_id(0).to(kd.int64)  # row * stride may pass 2**31 (kernels/_index.py)
     cols = kd.arange(0, BLOCK)
     mask = cols < n_cols
     x = kd.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(kd.float32)
@@ -45,7 +45,7 @@ def softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexpr
 
 @kd.jit
 def softmax_online_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexpr):
-    row = kd.program_id(0)
+    row = kd.program_id(0).to(kd.int64)  # row * stride may pass 2**31 (kernels/_index.py)
     x_ptr += row * x_row_stride
     base = row * n_cols
     # Running row maximum `m` and sum `s` of exp(x - m), rescaled whenever the maximum grows:
@@ -133,7 +133,7 @@ def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_
                             BLOCK: kd.constexpr):
     # dx = y * (dy - sum(dy * y)): one pass for the row's dot product, one for dx (a row that
     # fits one tile is read from the cache the second time)
-    row = kd.program_id(0)
+    row = kd.program_id(0).to(kd.int64)  # row * stride may pass 2**31 (kernels/_index.py)
     y_ptr += row * y_row_stride
     dy_ptr += row * dy_row_stride
     dx_ptr += row * n_cols
