@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 from functools import cache
@@ -187,10 +188,39 @@ def _nvrtc(source: str, arch: str, want: str, extra: list[str] = ()) -> tuple[by
             raise CUDACompileError(f"NVRTC failed for {arch}: {exc}\n{log}\n--- source ---\n"
                                    + _numbered(source)) from None
         log = nvrtc.getProgramLog(prog)
-        data = nvrtc.getPTX(prog) if want == "ptx" else nvrtc.getCUBIN(prog)
-        return bytes(data), log
+        if want == "ptx":
+            return bytes(nvrtc.getPTX(prog)), log
+        return complete_elf(bytes(nvrtc.getCUBIN(prog))), log
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def elf_extent(data: bytes) -> int:
+    """Bytes an ELF64 image spans by its own headers: the header tables and every section
+    that has file contents (0 when `data` is not ELF64)."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2:
+        return 0
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    end = max(64, phoff + phentsize * phnum, shoff + shentsize * shnum)
+    for i in range(shnum):
+        at = shoff + i * shentsize
+        if at + 64 > len(data):
+            break
+        kind, = struct.unpack_from("<I", data, at + 4)
+        offset, size = struct.unpack_from("<QQ", data, at + 0x18)
+        if kind != 8:  # SHT_NOBITS occupies no file space
+            end = max(end, offset + size)
+    return end
+
+
+def complete_elf(data: bytes) -> bytes:
+    """`data` padded with zeros to its ELF extent.  CuPy's `nvrtc.getCUBIN` returns the cubin
+    one byte short (it drops the last byte, a zero, as if it ended a C string): the driver
+    happens to load it from memory, where the bytes object's terminator stands in, but the
+    file it makes (the disk cache, `cuobjdump`, `nvdisasm`) is an invalid ELF."""
+    missing = elf_extent(data) - len(data)
+    return data + b"\0" * missing if 0 < missing <= 64 else data
 
 
 def _nvcc_compile(source: str, arch: str, want: str) -> bytes:
