@@ -6,10 +6,11 @@ peers: every round runs each contender once, in a rotating order, after a short 
 and OpenMP pools spin for a while after a call; the pause keeps that off the next timing).
 Figures are medians over the rounds; both kdsl builds must give the same output bits.
 
-    python benchmarks/vector_width.py [--only matmul,softmax,rms_norm,attention] [--rounds 15]
-        [--dtype float32,float16]
+    python benchmarks/vector_width.py [--only matmul,softmax,rms_norm,attention,quant]
+        [--rounds 15] [--dtype float32,float16]
 
-The Triton-tutorial kernels of benchmarks/run.py / examples/ are the ones measured.
+The Triton-tutorial kernels of benchmarks/run.py / examples/ are the ones measured; `quant` is
+the library's int4 weight-only matmul against its kernel and table row of before (a copy here).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import load_line, machine_header
 from kdsl.backends import llvm_host
+from kdsl.kernels.matmul import grouped_tile
 from run import attention_kernel, matmul_kernel, rms_norm_kernel, softmax_kernel
 
 import kdsl as kd
@@ -183,18 +185,84 @@ def case_attention(dtype: str):
     return f"attention H{H} S{S} D{D} {dtype}", runs, check, 4 * H * S * S * D
 
 
+@kd.jit
+def quant_kernel_before(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size, BITS: kd.constexpr,
+                        BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
+                        GROUP_M: kd.constexpr):
+    """kdsl.kernels.quant's kernel as it was before 2026-12-01: `group_size` a runtime value
+    (the scale row `k // group_size` divided lane by lane on the CPU); int4 only here."""
+    pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rm = pid_m * BLOCK_M + kd.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + kd.arange(0, BLOCK_N)
+    rk = kd.arange(0, BLOCK_K)
+    acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + rk
+        x = kd.load(x_ptr + rm[:, None] * K + ks[None, :],
+                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        w_mask = (ks[:, None] < K) & (rn[None, :] < N)
+        byte = kd.load(w_ptr + (ks // 2)[:, None] * N + rn[None, :], mask=w_mask, other=0)
+        q = ((byte.to(kd.int32) >> ((ks % 2) * 4)[:, None]) & 15) - 8
+        scale = kd.load(s_ptr + (ks // group_size)[:, None] * N + rn[None, :], mask=w_mask,
+                        other=0.0).to(kd.float32)
+        w = (q.to(kd.float32) * scale).to(x.dtype)
+        acc = kd.dot(x, w, acc)
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def case_quant(M: int, dtype: str):
+    """int4 weight-only matmul, K = N = 4096, groups of 128: the kernel and table row of before
+    (32 x 64 x 32, runtime group size, compiled under KDSL_LLVM_VECTOR_WIDTH=llvm) against the
+    library now; the peers multiply by the weights dequantised ahead of time (float32)."""
+    from kdsl.kernels import quant_matmul
+
+    K = N = 4096
+    gs = 128
+    x = RNG.standard_normal((M, K)).astype(dtype)
+    wq = RNG.integers(0, 256, (K // 2, N)).astype(np.uint8)
+    s = (RNG.random((K // gs, N)) * 0.01).astype(np.float32)
+    out = {"before": np.empty((M, N), dtype)}
+    grid = (kd.cdiv(M, 32) * kd.cdiv(N, 64),)
+    k_before = kd.jit(quant_kernel_before.fn)
+    run_before = lambda: k_before[grid](x, wq, s, out["before"], M, N, K, gs, BITS=4,
+                                        BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=8)
+    with vector_width("llvm"):
+        run_before()
+
+    def run_after():
+        out["after"] = quant_matmul(x, wq, s, gs, 4, backend="llvm")
+    runs = {"before": run_before, "after": run_after}
+    w = np.empty((K, N), np.float32)
+    w[0::2], w[1::2] = (wq & 15).astype(np.float32) - 8, (wq >> 4).astype(np.float32) - 8
+    w *= np.repeat(s, gs, axis=0)
+    wd = w.astype(dtype)
+    if dtype == "float32":
+        runs["numpy"] = lambda: x @ wd
+    if torch is not None:
+        tx, tw = _t(x), _t(wd)
+        runs["torch"] = lambda: tx @ tw
+
+    def check():
+        np.testing.assert_array_equal(out["before"], out["after"])
+        ref = x.astype(np.float64) @ w.astype(np.float64)
+        np.testing.assert_allclose(out["after"].astype(np.float64), ref, rtol=1e-3,
+                                   atol=1e-3 * np.abs(ref).max())
+    return f"quant int4 {M}x4096x4096 {dtype}", runs, check, 2 * M * K * N
+
+
 CASES = {
     "matmul": lambda dt: [case_matmul(1024, dt), case_matmul(2048, dt)],
     "softmax": lambda dt: [case_softmax(dt)],
     "rms_norm": lambda dt: [case_rms_norm(dt)],
     "attention": lambda dt: [case_attention(dt)],
+    "quant": lambda dt: [case_quant(1, dt), case_quant(16, dt)],
 }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default=",".join(CASES))
+    ap.add_argument("--only", default=",".join(CASES))  # quant: the library kernel, below
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--pause", type=float, default=0.05, help="seconds before each timed call")

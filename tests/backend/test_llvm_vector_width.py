@@ -107,6 +107,19 @@ def test_width_agnostic_blocks_are_the_old_table():
     assert blocks(0, 0) == BLOCKS
 
 
+def test_llvm_tiles_hold_the_best_block_of_every_profile():
+    # the kernel library's llvm tiles are multiples of each CPU's first-choice block, so no
+    # vector width falls back to a narrower micro-kernel on the library's own shapes
+    from kdsl.kernels import configs
+
+    firsts = {blocks(p.vector_bits, p.vector_regs)[0] for *_, p in llvm_host.RULES}
+    assert (8, 32) in firsts
+    for table in (configs.MATMUL, configs.QUANT, configs.ATTENTION):
+        for _, meta in table["llvm"]:
+            for mr, nr in firsts:
+                assert meta["BLOCK_M"] % mr == 0 and meta["BLOCK_N"] % nr == 0, (meta, mr, nr)
+
+
 # --------------------------------------------------------------------------- assembly
 
 llvm_backend = pytest.importorskip("kdsl.backends.llvm")
