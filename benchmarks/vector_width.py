@@ -269,9 +269,9 @@ def main() -> None:
     o = ap.parse_args()
     os.environ.setdefault("KDSL_CACHE", "0")  # compile afresh: the lowering is what is measured
     print(machine_header())
+    peer = f"{torch.__version__} ({torch.get_num_threads()} threads)" if torch else "absent"
     print(f"before: {llvm_host.override(llvm_host.profile(), 'llvm').key()}  after: "
-          f"{llvm_host.profile().key()}; {o.rounds} interleaved rounds, medians; torch "
-          f"{torch.__version__ + ' (' + str(torch.get_num_threads()) + ' threads)' if torch else 'absent'}")
+          f"{llvm_host.profile().key()}; {o.rounds} interleaved rounds, medians; torch {peer}")
     head = (f"{'case':30s} {'before ms':>10s} {'after ms':>10s} {'speedup':>8s} {'numpy ms':>9s}"
             f" {'torch ms':>9s} {'torch/after':>11s}  GFLOP/s after")
     print(head)

@@ -55,9 +55,10 @@ def blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
     rows.  More rows, not fewer loads: b's panel is the stream (read from L2 once per MR rows,
     m0 being the outer loop) while a's MR values per k stay in L1, so rows cut the streamed loads
     per FMA (AVX-512, 128 x 128 x 128 tiles: 8 x 32 ran 1.15-1.17x faster than 4 x 64 at 1024^3
-    on one Emerald Rapids core, within noise at 2048^3 on two).  Narrower shapes (NR < W, one partial vector) follow for small tiles.  AVX-512
-    (16 lanes, 32 zmm): 8 x 32 (16 accumulators, 19 registers); AVX2 (8 lanes, 16 ymm): 8 x 8
-    (8 accumulators, 10 registers); NEON (4 lanes, 32 registers): 8 x 8.
+    on one Emerald Rapids core, within noise at 2048^3 on two).  Narrower shapes (NR < W, one
+    partial vector) follow for small tiles.  AVX-512 (16 lanes, 32 zmm): 8 x 32 (16
+    accumulators, 19 registers); AVX2 (8 lanes, 16 ymm): 8 x 8 (8 accumulators, 10 registers);
+    NEON (4 lanes, 32 registers): 8 x 8.
     """
     if vector_bits < 64 or vector_regs < 4:
         return BLOCKS
