@@ -26,7 +26,7 @@ from kdsl.ir.types import DType, PointerType, int1
 from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
-from . import llvm_atomics, llvm_debug
+from . import llvm_atomics, llvm_debug, llvm_host
 from .base import Backend, BoundArg
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, ArgPacker, run_grid
@@ -582,6 +582,7 @@ def generate_module(kernel: L.Kernel) -> ir.Module:
     module.triple = _llvm().get_process_triple()
     body = _FnEmitter(kernel, module, MathLib(module)).emit()
     _emit_grid(kernel, module, body)
+    llvm_host.apply(module, llvm_host.profile())  # prefer-vector-width (llvm_host.py)
     return module
 
 
@@ -717,12 +718,16 @@ class LLVMBackend(Backend):
             return False
 
     def target(self, num_warps: int) -> Target:
-        return Target("llvm", threads=1, warp_size=1, caps=self.caps)
+        simd = llvm_host.profile()  # the dot micro-kernel's register blocks follow it
+        return Target("llvm", threads=1, warp_size=1, caps=self.caps,
+                      vector_bits=simd.vector_bits, vector_regs=simd.vector_regs)
 
     def hash(self) -> str:
         # the capabilities change the lowering (partial sums, the dot micro-kernel): part of
-        # the disk-cache key, so entries compiled without them are not reused
-        return _toolchain_id() + "|caps=" + ",".join(sorted(self.caps))
+        # the disk-cache key, so entries compiled without them are not reused; so is the SIMD
+        # profile (vector width and register blocks: llvm_host.py)
+        return (_toolchain_id() + "|caps=" + ",".join(sorted(self.caps)) + "|"
+                + llvm_host.profile().key())
 
     def codegen(self, kernel: L.Kernel) -> str:
         return str(generate_module(kernel))

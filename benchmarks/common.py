@@ -1,10 +1,19 @@
-"""Timing helpers shared by the benchmark scripts: medians of repeated runs, in one process."""
+"""Timing helpers shared by the benchmark scripts: medians of repeated runs, in one process,
+and the header every table prints (CPU model, the vector features the llvm backend used, the
+load average: the machines these run on are shared, so a figure is only read with its load)."""
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
+
+# Host CPU features that decide vector code (LLVM's names), shown in the header.
+SIMD_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                 "avx512bf16", "avx512fp16", "avx512vnni", "amx-tile", "amx-bf16", "amx-int8",
+                 "neon", "sve", "sve2")
 
 
 def median_ms(fn: Callable[[], object], repeat: int = 20, warmup: int = 3) -> float:
@@ -17,3 +26,56 @@ def median_ms(fn: Callable[[], object], repeat: int = 20, warmup: int = 3) -> fl
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (/proc/cpuinfo on Linux) and LLVM's name for its core."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "cpu model", "hardware")):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        return f"{name} (LLVM: {llvm.get_host_cpu_name()})"
+    except Exception:  # noqa: BLE001 - no llvmlite: the name alone
+        return name
+
+
+def simd_line() -> str:
+    """The vector features of the host and the llvm backend's SIMD profile (its chosen width
+    and register count, backends/llvm_host.py)."""
+    try:
+        import llvmlite.binding as llvm
+        from kdsl.backends import llvm_host
+
+        on = llvm_host.parse_features(llvm.get_host_cpu_features().flatten())
+        feats = ",".join(f for f in SIMD_FEATURES if f in on) or "none of " + "/".join(
+            SIMD_FEATURES[:3])
+        return f"vector features {feats}; llvm backend profile {llvm_host.profile().key()}"
+    except Exception as e:  # noqa: BLE001 - the header must never stop a benchmark
+        return f"vector features unknown ({type(e).__name__})"
+
+
+def load_line() -> str:
+    """The 1/5/15-minute load average and the CPUs this process may use."""
+    try:
+        la = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    except OSError:
+        la = "load average unavailable"
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count()
+    return f"{la}; {cpus} CPUs usable"
+
+
+def machine_header() -> str:
+    """Three lines to print above a table: CPU model, vector features, load average."""
+    return f"CPU: {cpu_model()}\n{simd_line()}\n{load_line()}"

@@ -16,7 +16,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import kdsl.kernels as K
 import numba_peers as NB
-from common import median_ms
+from common import load_line, machine_header, median_ms
 
 import kdsl as kd
 
@@ -117,6 +117,7 @@ def main() -> None:
     backends = [b for b in args.backends.split(",") if b in kd.available_backends()]
     rng = np.random.default_rng(0)
     numba, rows = cases(rng)
+    print(machine_header())
     if not NB.available():
         print("numba is not installed: no Numba column (pip install numba)")
     head = (f"{'kernel':28s} {'numpy ms':>9s} {'numba ms':>9s}"
@@ -134,6 +135,7 @@ def main() -> None:
             t = median_ms(lambda run=run, be=be: run(be), repeat=args.repeat, warmup=2)
             row += f" {t:10.2f} {t / t_np:6.2f}"
         print(row, flush=True)
+    print(load_line(), "(at the end)")
 
 
 if __name__ == "__main__":

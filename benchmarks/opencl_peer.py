@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms
+from common import load_line, machine_header, median_ms
 
 LOCAL = 128
 
@@ -135,12 +135,14 @@ def main() -> None:
     from run import softmax_kernel
 
     x = np.random.default_rng(0).standard_normal((o.rows, o.cols), dtype=np.float32)
+    print(machine_header())
     for fast in (False, True):
         ours, peers = softmax_peer_ms(x, o.repeat, softmax_kernel, fast_math=fast)
         mode = "fast_math=True" if fast else "IEEE"
         print(f"softmax {o.rows}x{o.cols} on OpenCL: kdsl ({mode}, num_warps=1) {ours:.2f} ms")
         for name, ms in peers.items():
             print(f"  hand-written {name:22s} {ms:8.2f} ms  kdsl/peer {ours / ms:5.2f}")
+    print(load_line(), "(at the end)")
 
 
 if __name__ == "__main__":

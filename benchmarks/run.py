@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import numba_peers as NB
-from common import median_ms
+from common import load_line, machine_header, median_ms
 
 # The kernels the examples show are the ones measured (the matmul recomputes its offsets from
 # k each step: a loop-carried pointer tile would also work, strength-reduced by the tile passes).
@@ -373,12 +373,14 @@ def main() -> None:
     o.attn_blocks = tuple(int(v) for v in o.attn_blocks.split(","))
     if o.library:
         import kdsl.kernels  # noqa: F401
+    print(machine_header())
     bw = copy_gbs(o.repeat)
     print(f"copy bandwidth {bw:.1f} GB/s, {os.cpu_count()} CPUs, OPENBLAS_CORETYPE="
           f"{os.environ.get('OPENBLAS_CORETYPE')}, OPENBLAS_L2_SIZE="
           f"{os.environ.get('OPENBLAS_L2_SIZE')}")
     for name in o.only.split(","):
         BENCHES[name](o, bw)
+    print(load_line(), "(at the end)")
 
 
 if __name__ == "__main__":

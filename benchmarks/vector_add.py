@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms  # noqa: E402
+from common import load_line, machine_header, median_ms  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from vector_add import add  # noqa: E402  (the kernel the example shows)
@@ -34,6 +34,7 @@ def main() -> None:
     nbytes = 3 * 4 * n
     copy_ms = median_ms(lambda: np.copyto(out, x))
     numpy_ms = median_ms(lambda: np.add(x, y, out=out))
+    print(machine_header())
     print(f"vector add, n={n} float32")
     print(f"  {'stream copy':14s} {copy_ms:8.3f} ms  {2 * 4 * n / copy_ms / 1e6:7.1f} GB/s")
     print(f"  {'numpy np.add':14s} {numpy_ms:8.3f} ms  {nbytes / numpy_ms / 1e6:7.1f} GB/s")
@@ -46,6 +47,7 @@ def main() -> None:
         ms = median_ms(run)
         print(f"  {'kdsl ' + backend:14s} {ms:8.3f} ms  {nbytes / ms / 1e6:7.1f} GB/s"
               f"  {numpy_ms / ms:5.2f}x numpy")
+    print(load_line(), "(at the end)")
 
 
 if __name__ == "__main__":

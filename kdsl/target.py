@@ -18,6 +18,10 @@ class Target:
     missing       capabilities the device is known to lack ("fp64" on an OpenCL device without
                   cl_khr_fp64): a kernel needing one is a CompilationError
                   (kdsl/passes/lower_caps.py).
+    vector_bits   SIMD width one thread's code is tuned for (the llvm backend: its host profile,
+                  backends/llvm_host.py); 0 = not chosen (width-agnostic defaults).
+    vector_regs   vector registers of that SIMD unit (sizes the CPU dot's register blocks);
+                  0 = unknown.
     """
 
     backend: str
@@ -26,6 +30,8 @@ class Target:
     shared_bytes: int = 1 << 30
     caps: frozenset[str] = field(default_factory=frozenset)
     missing: frozenset[str] = field(default_factory=frozenset)
+    vector_bits: int = 0
+    vector_regs: int = 0
 
     def has(self, cap: str) -> bool:
         return cap in self.caps

@@ -63,7 +63,10 @@ MLP = MATMUL
 QUANT: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
                        "num_warps": 4})],
-    "llvm": [(INF, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
+    # 64x128x64 (was 32x64x32): faster at M = 1, 16 and 256 (int4, K = N = 4096) in
+    # interleaved runs on an Emerald Rapids host; `fit_rows` cuts BLOCK_M for small M
+    # (benchmarks/RESULTS.md, 2026-12-01).
+    "llvm": [(INF, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                     "num_warps": 1})],
     "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
                       "num_warps": 1})],
@@ -74,8 +77,12 @@ QUANT["opencl-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUAN
 ATTENTION: dict[str, list[Row]] = {
     # size = seq_q
     "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4})],
+    # 64x64 from seq_q 33 up: 1.27x (1.29x causal) faster than 32x32 with the 512-bit
+    # micro-kernel (8 heads x 1024 x 64, Emerald Rapids, interleaved; benchmarks/RESULTS.md,
+    # 2026-12-01); BLOCK_N changes the online-softmax rescaling steps (results within an ulp).
     "llvm": [(16, {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 1}),
-             (INF, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1})],
+             (32, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1}),
+             (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 1})],
     "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1})],
 }
 
@@ -120,6 +127,23 @@ def candidates(table: dict[str, list[Row]], backend: str) -> list[dict[str, Any]
         if meta not in seen:
             seen.append(dict(meta))
     return seen
+
+
+# Smallest BLOCK_M `fit_rows` cuts to, per backend: the CPU dot has no minimum (a one-row tile
+# is a GEMV: no padding rows computed and thrown away); GPU dots keep 16 rows (tensor-core mma
+# tiles are 16 rows high).
+MIN_BLOCK_M: dict[str, int] = {"default": 16, "llvm": 1, "interp": 1}
+
+
+def fit_rows(meta: dict[str, Any], M: int, backend: str) -> dict[str, Any]:
+    """`meta` with BLOCK_M cut to the smallest power of two >= M (not below the backend's
+    MIN_BLOCK_M): a problem of few rows, such as decoding with M = 1, gets a tile of its height
+    instead of 16-64 masked rows."""
+    floor = MIN_BLOCK_M.get(backend, MIN_BLOCK_M["default"])
+    rows = max(floor, 1 << max(M - 1, 0).bit_length())
+    if "BLOCK_M" in meta and rows < meta["BLOCK_M"]:
+        meta = {**meta, "BLOCK_M": rows}
+    return meta
 
 
 def row_loop_block(backend: str) -> int:

@@ -26,6 +26,28 @@ def test_quant_matmul(backend, rng, dtype, bits):
     check(y, R.quant_matmul(x, w, s, gs, bits), dtype, k=K, k_out=2)
 
 
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quant_matmul_few_rows(backend, rng, M, bits):
+    # decode-sized x: the tile is cut to M's power of two (configs.fit_rows), with a ragged N
+    # and K of several groups and tiles
+    K, N, gs = 192, 150, 64
+    x = rand(rng, (M, K), "float32")
+    w, s = weights(rng, bits, K, N, gs)
+    check(quant_matmul(x, w, s, gs, bits, backend=backend), R.quant_matmul(x, w, s, gs, bits),
+          "float32", k=K, k_out=2)
+
+
+def test_fit_rows_cuts_block_m_to_the_problem():
+    from kdsl.kernels.configs import fit_rows
+
+    meta = {"BLOCK_M": 64, "BLOCK_N": 128}
+    assert [fit_rows(meta, M, "llvm")["BLOCK_M"] for M in (1, 2, 3, 16, 17, 500)] == \
+        [1, 2, 4, 16, 32, 64]
+    assert fit_rows(meta, 1, "cuda")["BLOCK_M"] == 16  # GPU dots keep 16-row tiles
+    assert fit_rows({"BLOCK_M": 8}, 100, "llvm") == {"BLOCK_M": 8}  # never grows
+
+
 def test_int4_convention(backend):
     # byte 0x2F: low nibble 15 -> k=0 weight 7, high nibble 2 -> k=1 weight -6
     w = np.array([[0x2F]], np.uint8)

@@ -79,8 +79,8 @@ def _wide_kernels():
         BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, HAS_BIAS=False, ACT=0, WIDE=True)
     yield gate_up_kernel, (f, f, f, f, 64, 64, 64), dict(
         BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, WIDE=True)
-    yield quant_matmul_kernel, (f, np.zeros(64 * 64, np.int8), f, f, 64, 64, 64, 32), dict(
-        BITS=8, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, WIDE=True)
+    yield quant_matmul_kernel, (f, np.zeros(64 * 64, np.int8), f, f, 64, 64, 64), dict(
+        group_size=32, BITS=8, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, WIDE=True)
     yield flash_attention_kernel, (f, f, f, f, 2, 2, 64, 64, 64, 0.1,
                                    *(8192, 4096, 64) * 3), dict(
         CAUSAL=True, BLOCK_M=32, BLOCK_N=32, BLOCK_D=64, WIDE=True)

@@ -1,0 +1,180 @@
+"""The SIMD shape the llvm backend tunes its code for: the vector width LLVM is asked to prefer
+and the number of vector registers the CPU `dot` micro-kernel may fill.
+
+LLVM's own choice is not the widest the CPU has: on Intel cores with AVX-512 (Skylake-X up to
+Emerald Rapids) its tuning flag `prefer-256-bit` makes the loop vectoriser emit 256-bit `ymm`
+code, a rule made for the frequency drop of early AVX-512 parts.  For kdsl's loops that halves
+the work per instruction and, worse, a micro-kernel sized for 16 `zmm` accumulators then needs
+32 `ymm` ones and spills them inside its FMA loop (measured on an Emerald Rapids core: matmul
+2.1x, attention 1.4x, softmax 1.3x faster with 512-bit vectors, identical results).  So every
+function of a module gets the attribute `"prefer-vector-width"` (what clang's
+`-mprefer-vector-width` sets) from the table below.  `min-legal-vector-width` is left unset:
+absent, it puts no limit on the legal vector types, which is what a 512-bit choice needs.
+
+`choose(features, triple)` maps any CPU through `RULES` (first matching row wins); a row names
+the LLVM features it needs and the profile they give.  Rationale of the rows:
+
+- x86 with AVX-512F (and EVEX-512 not switched off, as on AVX10/256 parts): 512-bit vectors,
+  32 registers (zmm0-31).
+- x86 with AVX-512F but `-evex512`: 256-bit vectors, still 32 registers (ymm0-31 via EVEX).
+- x86 with AVX2 or AVX: 256-bit, 16 registers (ymm0-15).
+- x86 otherwise (SSE2 is baseline x86-64): 128-bit, 16 registers; LLVM's default width.
+- AArch64 (NEON, also with SVE): LLVM's default width (no attribute; fixed 128-bit NEON or
+  scalable SVE vectors are its call); blocks sized for 128-bit, 32 registers (v0-v31 / z0-z31).
+- anything else: LLVM's default width; blocks for 128-bit, 16 registers.
+
+`KDSL_LLVM_VECTOR_WIDTH` overrides the host's row: `auto` (default), `128`/`256`/`512`
+(that preferred width, the host's register count), or `llvm` (no attribute and the
+width-agnostic block table of kdsl/passes/lower_dot_cpu.py: LLVM's own choice, which is how
+kdsl compiled before this table existed; handy for side-by-side measurements).
+The chosen profile is part of the backend's `hash()`, so the disk cache never reuses code built
+for another CPU or width.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+from llvmlite import ir
+
+ENV = "KDSL_LLVM_VECTOR_WIDTH"
+
+
+@dataclass(frozen=True)
+class SimdProfile:
+    """vector_bits: the width code is tuned for (float32 lanes = vector_bits // 32; 0: not
+    chosen, the lowering's width-agnostic defaults); vector_regs: architectural vector
+    registers (0: unknown); prefer: the `prefer-vector-width` given to LLVM (None: LLVM's
+    default); rule: the name of the RULES row (or override) it came from."""
+
+    vector_bits: int
+    vector_regs: int
+    prefer: int | None
+    rule: str
+
+    def fn_attrs(self) -> dict[str, str]:
+        """String attributes for every function LLVM compiles under this profile."""
+        return {} if self.prefer is None else {"prefer-vector-width": str(self.prefer)}
+
+    def key(self) -> str:
+        """Identifies the profile in cache keys."""
+        return f"simd={self.vector_bits}x{self.vector_regs},prefer={self.prefer},{self.rule}"
+
+
+# (name, architecture, features that must be on, features that must be off, profile)
+# architecture: "x86", "arm" or "" (any); see the module docstring for the reasons.
+RULES: tuple[tuple[str, str, frozenset[str], frozenset[str], SimdProfile], ...] = tuple(
+    (name, arch, frozenset(on), frozenset(off), SimdProfile(bits, regs, prefer, name))
+    for name, arch, on, off, bits, regs, prefer in (
+        ("avx512", "x86", {"avx512f"}, {"evex512-off"}, 512, 32, 512),
+        ("avx512-256", "x86", {"avx512f", "evex512-off"}, (), 256, 32, 256),
+        ("avx2", "x86", {"avx2"}, (), 256, 16, 256),
+        ("avx", "x86", {"avx"}, (), 256, 16, 256),
+        ("sse", "x86", (), (), 128, 16, None),
+        ("neon", "arm", (), (), 128, 32, None),
+        ("other", "", (), (), 128, 16, None),
+    ))
+
+_ARCH = {"x86_64": "x86", "i686": "x86", "i386": "x86", "amd64": "x86", "aarch64": "arm",
+         "arm64": "arm"}
+
+
+def parse_features(features: str) -> frozenset[str]:
+    """The enabled names of an LLVM feature string ("+avx2,-avx512f,..."); an explicit
+    "-evex512" shows up as "evex512-off" (EVEX-512 is on by default where AVX-512F is)."""
+    on = set()
+    for f in features.split(","):
+        f = f.strip()
+        if f.startswith("+"):
+            on.add(f[1:])
+        elif f == "-evex512":
+            on.add("evex512-off")
+    return frozenset(on)
+
+
+def arch_of(triple: str, features: frozenset[str] = frozenset()) -> str:
+    """ "x86", "arm" or "" from a target triple (or, without one, from the feature names)."""
+    head = triple.split("-", 1)[0].lower()
+    if head in _ARCH:
+        return _ARCH[head]
+    if head:
+        return ""
+    if features & {"sse2", "avx", "avx2", "avx512f"}:
+        return "x86"
+    if features & {"neon", "sve", "fp-armv8"}:
+        return "arm"
+    return ""
+
+
+def choose(features: str, triple: str = "") -> SimdProfile:
+    """The profile of a CPU with LLVM feature string `features` and target `triple`."""
+    on = parse_features(features)
+    arch = arch_of(triple, on)
+    for _, row_arch, need, avoid, profile in RULES:
+        if row_arch in ("", arch) and need <= on and not avoid & on:
+            return profile
+    raise AssertionError("RULES ends with a row that matches every CPU")
+
+
+def override(profile: SimdProfile, value: str) -> SimdProfile:
+    """`profile` changed by a KDSL_LLVM_VECTOR_WIDTH value (see the module docstring)."""
+    value = value.strip().lower()
+    if value in ("", "auto"):
+        return profile
+    if value == "llvm":
+        return SimdProfile(0, 0, None, "llvm-default")
+    if value in ("128", "256", "512"):
+        return SimdProfile(int(value), profile.vector_regs, int(value), f"forced-{value}")
+    raise ValueError(f"{ENV}={value!r}: expected auto, llvm, 128, 256 or 512")
+
+
+@lru_cache(maxsize=1)
+def _host() -> SimdProfile:
+    import llvmlite.binding as llvm
+
+    return choose(llvm.get_host_cpu_features().flatten(), llvm.get_process_triple())
+
+
+@lru_cache(maxsize=8)
+def _profile(env: str) -> SimdProfile:
+    return override(_host(), env)
+
+
+def profile() -> SimdProfile:
+    """The profile the llvm backend compiles for now: the host's row, or the override."""
+    return _profile(os.environ.get(ENV, ""))
+
+
+class _FnAttributes(ir.values.FunctionAttributes):
+    """llvmlite's function attributes plus `"key"="value"` string attributes (llvmlite only
+    knows the enum ones)."""
+
+    def __init__(self, base: ir.values.FunctionAttributes, strings: dict[str, str]):
+        super().__init__(sorted(base))
+        self.alignstack = base.alignstack
+        self.personality = base.personality
+        self.strings = dict(strings)
+
+    def __bool__(self) -> bool:  # llvmlite prints no attributes for an empty set
+        return bool(self.strings) or super().__len__() > 0
+
+    def _to_list(self, ret_type):
+        return super()._to_list(ret_type) + [f'"{k}"="{v}"' for k, v in
+                                             sorted(self.strings.items())]
+
+
+def apply(module: ir.Module, prof: SimdProfile) -> None:
+    """Give every function defined in `module` the profile's string attributes (all of them:
+    always-inlined helpers and the kernel alike, so inlining never mixes preferences)."""
+    attrs = prof.fn_attrs()
+    if not attrs:
+        return
+    for fn in module.functions:
+        if fn.blocks:
+            fn.attributes = _FnAttributes(fn.attributes, attrs)
+
+
+__all__ = ["ENV", "RULES", "SimdProfile", "apply", "choose", "override", "parse_features",
+           "profile"]
