@@ -1,5 +1,6 @@
 """A Loop IR rewrite for OpenCL: a loop whose body runs a barrier and, after its last one,
-an `if` (a group guarded by `e < N`) ends with one more barrier.
+an `if` (a group guarded by `e < N`) ends with one more barrier.  A `while` whose condition
+runs a barrier (a reduction in the condition) counts that barrier as the body's first.
 
 PoCL 3.1 (the CPU device) miscompiles such loops: its work-item loop formation drops the
 private arrays written under the trailing `if`, even those written before the loop (a top-k
@@ -22,9 +23,12 @@ def _contains(s: loop.Stmt, kind: type) -> bool:
                for c in (getattr(s, attr, None) or []))
 
 
-def _body(stmts: list[loop.Stmt]) -> list[loop.Stmt]:
+def _body(stmts: list[loop.Stmt], barrier_before: bool = False) -> list[loop.Stmt]:
+    """`barrier_before`: the loop runs a barrier before this body on every iteration (in a
+    `while`'s condition); found by the differential fuzzer (docs/fuzzing.md, "Findings")."""
     stmts = close_loop_tails(stmts)
-    last = max((i for i, s in enumerate(stmts) if _contains(s, loop.Barrier)), default=None)
+    last = max((i for i, s in enumerate(stmts) if _contains(s, loop.Barrier)),
+               default=-1 if barrier_before else None)
     if last is not None and any(_contains(s, loop.If) for s in stmts[last + 1:]):
         stmts = [*stmts, loop.Barrier()]
     return stmts
@@ -38,7 +42,9 @@ def close_loop_tails(stmts: list[loop.Stmt]) -> list[loop.Stmt]:
         if isinstance(s, loop.For):
             s = replace(s, body=_body(s.body))
         elif isinstance(s, loop.While):
-            s = replace(s, cond_body=close_loop_tails(s.cond_body), body=_body(s.body))
+            in_cond = any(_contains(c, loop.Barrier) for c in s.cond_body)
+            s = replace(s, cond_body=close_loop_tails(s.cond_body),
+                        body=_body(s.body, barrier_before=in_cond))
         elif isinstance(s, loop.If):
             s = replace(s, then=close_loop_tails(s.then), orelse=close_loop_tails(s.orelse))
         out.append(s)

@@ -101,3 +101,33 @@ def test_value_across_barrier_read_after_while_in_if(backend, request, dtype, nu
     _while_or_after_return[(1,)](x, o, o2, 3, 0, 1, BN=8, backend=backend, num_warps=num_warps)
     np.testing.assert_array_equal(o[:3], x[:3])
     assert (o[3:] == -7).all() and (o2 == -7).all()
+
+
+@kd.jit
+def _while_and_reduction(x, o, n, n_iter, BM: kd.constexpr):
+    r = kd.arange(0, BM)
+    v = kd.zeros((BM,), kd.float32)
+    w = 0
+    while w < n_iter + 1 and kd.max(v) < 2.0:  # a reduction (barriers) in the condition
+        v = v * 0.5 + kd.load(x + r, mask=r < n, other=0.0)
+        w = w + 1
+    kd.store(o + r, v, mask=r < n)
+
+
+# Found: PoCL 3.1 dropped the private values written in the body of a `while` whose condition
+# runs a barrier (the reduction) and whose body does not (zeros came back; right with
+# -cl-opt-disable). backends/opencl_loops.py closes such bodies with a barrier.
+@pytest.mark.parametrize("num_warps", [1, 4])
+@pytest.mark.parametrize("n_iter", [0, 3])
+def test_while_with_reduction_in_condition(backend, num_warps, n_iter):
+    x = np.array([-0.92, 0.5, 0.25], np.float32)
+    o = np.full(8, -7, np.float32)
+    _while_and_reduction[(1,)](x, o, 3, n_iter, BM=8, backend=backend, num_warps=num_warps)
+    v = np.zeros(8, np.float64)
+    w = 0
+    xs = np.concatenate([x, np.zeros(5)]).astype(np.float64)
+    while w < n_iter + 1 and v.max() < 2.0:
+        v = v * 0.5 + xs
+        w += 1
+    np.testing.assert_allclose(o[:3], v[:3], rtol=1e-6)
+    assert (o[3:] == -7).all()
