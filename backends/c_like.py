@@ -15,7 +15,7 @@ Semantic rules (those of `kdsl/ir/loop.py`):
 - float maximum/minimum propagate NaN (C's fmax/fmin do not);
 - float16/bfloat16 values are float32 in registers: memory accesses convert, `Round` rounds to
   nearest even (bfloat16 by bit manipulation on uint16 storage, NaN kept quiet); 8-bit floats
-  are bytes in memory (the lowering converts their codes, kdsl/passes/lower_fp8.py);
+  are bytes in memory (the lowering converts their codes, kdsl/lowering/fp8.py);
 - pointers convert to and from 64-bit integers and to other pointers with C casts;
 - a masked load is `(mask ? load : other)`: C's `?:` is lazy, so masked-off lanes never touch
   memory;

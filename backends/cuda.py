@@ -73,7 +73,7 @@ def cuda_dialect() -> CDialect:
         extra={"as_float": "__uint_as_float", "as_uint": "__float_as_uint", "f16_helper": "",
                "options": " ".join(OPTIONS), "options_fast": " ".join(OPTIONS + [FAST_MATH])},
         intrinsics=MMA_FUNCTIONS,
-        # VecLoad/VecStore (kdsl/passes/lower_vector.py): float4, int4, ushort4 (16-bit floats
+        # VecLoad/VecStore (kdsl/lowering/vector.py): float4, int4, ushort4 (16-bit floats
         # as bits), ... whose aligned loads are ld.global.v4 / ld.global.v2
         vector_types=CUDA_VECTOR_TYPES,
         vector_lane_in={"float16": "__half2float(__ushort_as_half({c}))",
@@ -92,7 +92,7 @@ CUDA_VECTOR_TYPES = {
 }
 
 
-# Tensor-core intrinsics (kdsl/passes/lower_dot_mma.py) -> functions of cuda_mma.cu.j2.
+# Tensor-core intrinsics (kdsl/lowering/dot_mma.py) -> functions of cuda_mma.cu.j2.
 MMA_FUNCTIONS = {
     "mma_m16n8k16_f32_f16": "kd_mma_m16n8k16_f16", "mma_m16n8k16_f32_bf16":
     "kd_mma_m16n8k16_bf16", "mma_m16n8k8_f32_tf32": "kd_mma_m16n8k8_tf32",

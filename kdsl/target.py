@@ -17,7 +17,7 @@ class Target:
                   "warp_shuffle", "vector_loads".
     missing       capabilities the device is known to lack ("fp64" on an OpenCL device without
                   cl_khr_fp64): a kernel needing one is a CompilationError
-                  (kdsl/passes/lower_caps.py).
+                  (kdsl/lowering/caps.py).
     """
 
     backend: str

@@ -2,7 +2,7 @@
 
 A value of an 8-bit float type is stored as one byte (its *code*) and held in float32 in
 registers, like float16/bfloat16 (`types.compute_dtype`).  This module is the definition of the
-conversions that the interpreter runs and that the lowering (`kdsl/passes/lower_fp8.py`)
+conversions that the interpreter runs and that the lowering (`kdsl/lowering/fp8.py`)
 reproduces bit for bit as Loop IR integer arithmetic:
 
   decode   code -> float32, exact (loads).

@@ -2,7 +2,7 @@
 
 A program instance (one `program_id`) runs on `Kernel.threads` threads (1 on the CPU: tile
 dimensions become loops; `num_warps * warp_size` on OpenCL/CUDA: a work-group / thread block).
-The lowering (`kdsl/passes/lower_tiles.py`) spreads the elements of a tile over the threads:
+The lowering (`kdsl/lowering/lowerer.py`) spreads the elements of a tile over the threads:
 flat element `e` (row-major) of a tile lives in thread `e % threads`, register slot
 `e // threads`.  Data that crosses threads goes through `shared` arrays between `Barrier`s.
 
@@ -32,7 +32,7 @@ and `Round(x, "float16" | "bfloat16")` rounds a float32 to the nearest represent
 `Store`/`AtomicRMW` of a float32 through a `ptr<float16>` converts (exactly, the value having
 been rounded already).  8-bit floats (`float8e4nv`, ...) are float32 in registers as well,
 but memory holds their codes: a `Load` through a `ptr<float8...>` gives the code as a uint8 and
-a `Store` takes one; the lowering converts (kdsl/passes/lower_fp8.py).  Pointers convert to and
+a `Store` takes one; the lowering converts (kdsl/lowering/fp8.py).  Pointers convert to and
 from 64-bit integers with `Cast` (the address) and to other pointers with `Bitcast`.  Integer
 ops wrap in their type (int8 + int8 is int8).
 
@@ -55,7 +55,7 @@ Special kinds: "tid" (thread index in the program, 0 on the CPU), "pid" and "npr
 
 `Intrinsic` is a named operation with scalar arguments that assigns its result variables: how
 a target computes something the IR has no node for (a warp's tensor-core `mma`).  Names are
-defined by the passes that emit them (kdsl/passes/lower_dot_mma.py); a backend spells them
+defined by the passes that emit them (kdsl/lowering/dot_mma.py); a backend spells them
 from its dialect table and the simulator (kdsl/ir/loop_interp.py `INTRINSICS`) runs them.  A
 `warp` intrinsic is collective: all lanes of a warp execute it together (like a barrier of
 the warp), so it is only emitted for targets whose caps promise it, under warp-uniform control.
@@ -364,7 +364,7 @@ class Intrinsic(Stmt):
 @dataclass(eq=False)
 class VecLoad(Stmt):
     """`dst[0:n] = ptr[0:n]` (n = `dst.size`, a register array) as ONE access of n consecutive
-    elements.  The emitter of the access (kdsl/passes/lower_vector.py) proves that `ptr` is
+    elements.  The emitter of the access (kdsl/lowering/vector.py) proves that `ptr` is
     aligned to n * itemsize bytes.  With a mask (uniform over the n elements), memory is not
     touched and `dst` is left unchanged where it is false."""
 

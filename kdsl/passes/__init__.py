@@ -1,8 +1,8 @@
 """Tile IR passes: canonicalisation, CSE and DCE, driven by a verifying `PassManager`.
 
 `run_tile_passes(fn)` is the optimisation pipeline applied to every kernel before lowering (or
-before interpretation by the `interp` backend); the lowering to the Loop IR lives in
-`kdsl/passes/lower_tiles.py`.
+before interpretation by the `interp` backend); the lowering to the Loop IR is the package
+`kdsl.lowering`.
 """
 
 from __future__ import annotations

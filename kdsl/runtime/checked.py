@@ -174,7 +174,7 @@ def stored_indices(ck: Any) -> tuple[int, ...]:
         return ck._stored
     kernel = ck.kernel
     if getattr(kernel, "runtime_params", None) is not None:
-        from kdsl.passes.lower_analysis import stored_params
+        from kdsl.passes.provenance import stored_params
         return tuple(sorted(stored_params(kernel)))
     return ()
 

@@ -1,6 +1,6 @@
 """The compile pipeline driver and the compiled-kernel object.
 
-    build_function (frontend) -> run_tile_passes -> lower_tiles(backend.target(num_warps))
+    build_function (frontend) -> run_tile_passes -> lowering.lower(fn, backend.target(num_warps))
     -> backend.add_stages -> backend.codegen -> backend.build (lazily, on first launch)
 
 `compile_kernel` records every stage's text in `CompiledKernel.ir` ("tile", the tile passes,
@@ -124,7 +124,7 @@ def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any]
     fn.attrs["check"] = bool(check)
     fn.attrs["num_warps"] = num_warps
     # Specialisation options of the launch (kdsl/runtime/jit.py `_Specialised`): parameters
-    # known to be multiples of 16 (for the vector analysis, lower_vector.py) and fast math.
+    # known to be multiples of 16 (for the vector analysis, vector.py) and fast math.
     aligned = tuple(getattr(jitfn, "multiple_of_16", ()))
     if aligned:
         fn.attrs["multiple_of_16"] = aligned
@@ -152,7 +152,7 @@ def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps
     kernel: Any = fn
     if be.level == "loop":
         from kdsl.ir.loop import print_kernel
-        from kdsl.passes.lower_tiles import lower
+        from kdsl.lowering import lower
         kernel = lower(fn, be.target(num_warps))
         if "checks" in fn.attrs:  # checked mode's site table travels with the kernel
             kernel.attrs["checks"] = fn.attrs["checks"]

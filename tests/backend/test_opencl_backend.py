@@ -231,7 +231,7 @@ def test_pyopencl_arrays_are_used_in_place():
 
 # A runtime `if` holding a reduction (barriers) followed by stores: PoCL 3.1 once compiled this
 # shape so that every work-item stored regardless of its mask, past the end of the output
-# (kdsl/passes/hoist_barriers.py now keeps barriers out of conditionals).
+# (kdsl/lowering/hoist_barriers.py now keeps barriers out of conditionals).
 
 @kd.jit
 def _if_reduce_then_store(x_ptr, out_ptr, sf, n, BLOCK: kd.constexpr):

@@ -1,4 +1,4 @@
-"""Vectorised global access on CUDA (kdsl/passes/lower_vector.py), proven without a GPU: the
+"""Vectorised global access on CUDA (kdsl/lowering/vector.py), proven without a GPU: the
 PTX of hinted kernels has `ld.global.v4`/`st.global.v4` for sm_80 and sm_90, unhinted kernels
 (unaligned possible) have none, and the lowered kernels give the right numbers in the Loop IR
 simulator, which also checks that every vector access is aligned."""

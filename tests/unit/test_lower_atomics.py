@@ -15,7 +15,7 @@ from kdsl.ir import atomics, interp, loop
 from kdsl.ir.loop_interp import run_kernel
 from kdsl.ir.types import PointerType, TileType, bfloat16, float16, float32, float64, int32, scalar
 from kdsl.passes import run_tile_passes
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.target import Target
 
 THREADS = (1, 4, 8)

@@ -22,7 +22,7 @@ from kdsl.ir.types import (
     int32,
     scalar,
 )
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.target import Target
 
 THREADS = (1, 4, 8)

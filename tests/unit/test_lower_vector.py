@@ -1,4 +1,4 @@
-"""The vector layout and axis analysis (kdsl/passes/lower_vector.py), and the shared lowering's
+"""The vector layout and axis analysis (kdsl/lowering/vector.py), and the shared lowering's
 kernels re-run in the Loop IR simulator with the "vector_loads" layout and 16-byte-aligned
 pointers (the simulator checks every vector access's alignment and bounds)."""
 
@@ -12,7 +12,7 @@ import pytest
 from kdsl.ir import loop
 from kdsl.ir.loop import Const
 from kdsl.ir.types import PointerType, int32
-from kdsl.passes import lower_vector as lv
+from kdsl.lowering import vector as lv
 from kdsl.target import Target
 
 VEC = frozenset({"vector_loads"})

@@ -28,12 +28,14 @@ strategy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kdsl.ir import tile
 from kdsl.ir.loop import Array, ArrayStore, Assign, Cast, Comment, Expr, Fma, For, Index, Stmt
 from kdsl.ir.types import float32, int32
 
-from . import lower_index as ix
-from .lower_elementwise import HALF, register_type
+from . import index as ix
+from .elementwise import HALF, register_type
 
 # Block shapes, best first: the first (MR, NR) dividing (M, N) wins.  NR is a multiple of the
 # widest SIMD width (16 float32 with AVX-512; 2 x 8 with AVX2).
@@ -65,13 +67,13 @@ def _pack_loops(L, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) 
     return out
 
 
-def cpu_dot(L, op: tile.Op) -> None:
+def cpu_dot(L, op: tile.Op, fallback: Callable) -> None:
+    """The micro-kernel for float32 accumulators; `fallback` (dot.py's row strategy) for
+    integer, float64 and 16-bit accumulators."""
     a, b, c = op.operands
     t = register_type(op.result.type)
     if t != float32 or op.result.elem in HALF:
-        from .lower_dot import rows_dot  # integer, float64 and 16-bit accumulators
-
-        rows_dot(L, op)
+        fallback(L, op)
         return
     M, K = a.shape
     N = b.shape[1]

@@ -23,10 +23,10 @@ from kdsl.ir.loop import ArrayStore, Assign, Binary, Cast, Expr, Fma, For, Index
 from kdsl.ir.types import int32
 from kdsl.target import Target
 
-from . import lower_index as ix
-from .lower_dot_cpu import cpu_dot
-from .lower_dot_mma import tensor_core_dot
-from .lower_elementwise import HALF, register_type, rounded
+from . import index as ix
+from .dot_cpu import cpu_dot
+from .dot_mma import tensor_core_dot
+from .elementwise import HALF, register_type, rounded
 
 DotStrategy = Callable[[object, tile.Op], None]
 
@@ -97,8 +97,8 @@ def rows_dot(L, op: tile.Op) -> None:
 DOT_STRATEGIES: dict[str, DotStrategy] = {
     # warp-level mma where types and shapes allow it, else the generic strategy
     "tensor_cores": partial(tensor_core_dot, fallback=generic_dot),
-    # one thread (the CPU): register-blocked micro-kernel (lower_dot_cpu.py)
-    "cpu_microkernel": cpu_dot,
+    # one thread (the CPU): register-blocked micro-kernel (dot_cpu.py)
+    "cpu_microkernel": partial(cpu_dot, fallback=rows_dot),
 }
 
 

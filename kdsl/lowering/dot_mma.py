@@ -62,9 +62,9 @@ from kdsl.ir.loop import (
 from kdsl.ir.loop_interp import INTRINSICS, IntrinsicSim
 from kdsl.ir.types import DType, bfloat16, float16, float32, int8, int32
 
-from . import lower_index as ix
-from .lower_elementwise import register_type
-from .lower_vector import element_index
+from . import index as ix
+from .elementwise import register_type
+from .vector import element_index
 
 Coef = tuple[int, int, int]  # (g, t, constant) coefficients of one coordinate
 

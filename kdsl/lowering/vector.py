@@ -51,8 +51,8 @@ from kdsl.ir.loop import ArrayStore, Assign, Expr, Index, Select, Stmt, VecLoad,
 from kdsl.ir.types import PointerType, int1, int32
 from kdsl.target import Target
 
-from . import lower_index as ix
-from .lower_elementwise import ELEMENTWISE, const, register_type
+from . import index as ix
+from .elementwise import ELEMENTWISE, const, register_type
 
 VECTOR_WIDTH = 4      # elements per thread run (16 bytes of float32)
 VECTOR_BYTES = 16     # widest global access (ld.global.v4.b32)
@@ -385,7 +385,7 @@ class Vectorizer:
         pointee = ptr.elem.pointee
         if V == 1 or isinstance(pointee, PointerType) or ptr.shape[-1] % V:
             return False
-        if pointee.is_fp8:  # codes converted per element (lower_fp8.py)
+        if pointee.is_fp8:  # codes converted per element (fp8.py)
             return False
         size = _itemsize(pointee)
         if V * size > VECTOR_BYTES or (op.kind == "load" and g.effects):

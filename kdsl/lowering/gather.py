@@ -2,7 +2,7 @@
 
 - `slice` {start, step} is a *static* gather like `broadcast` and `trans`: its source
   coordinates are affine in the element's own (`slice_coords`), so it fuses into groups, looks
-  through in `Lowerer.view` and rematerialises; lower_tiles.py handles it with the other
+  through in `Lowerer.view` and rematerialises; lowerer.py handles it with the other
   GATHERS through `slice_coords` / `slice_source`.
 - `gather` {axis} reads its source at a coordinate taken from the index tile: the source is made
   addressable (its register array with one thread, a shared copy with several), read through
@@ -21,7 +21,7 @@ from kdsl.ir import tile
 from kdsl.ir.loop import Assign, Binary, Cast, Const, Expr, For, Index
 from kdsl.ir.types import DType, int32, int64
 
-from . import lower_index as ix
+from . import index as ix
 
 
 def _affine(c: Expr, start: int, step: int) -> Expr:

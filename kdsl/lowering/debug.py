@@ -21,11 +21,11 @@ from kdsl.ir.loop import Bitcast, Cast, Expr, Print, Special
 from kdsl.ir.types import DType, bfloat16, float16, uint8, uint16, uint32, uint64
 from kdsl.target import Target
 
-from . import lower_index as ix
-from .lower_elementwise import half_bits
+from . import index as ix
+from .elementwise import half_bits
 
 if TYPE_CHECKING:
-    from .lower_tiles import Lowerer
+    from .lowerer import Lowerer
 
 _UNSIGNED = {8: uint8, 16: uint16, 32: uint32, 64: uint64}
 
@@ -71,7 +71,7 @@ def lower_barrier(L: Lowerer, op: tile.Op) -> None:
     L.barrier()
 
 
-# Debug op kind -> its lowering (used by lower_tiles's table of non-fusable ops).
+# Debug op kind -> its lowering (used by the driver's table of non-fusable ops).
 DEBUG_LOWERINGS = {"print": lower_print, "barrier": lower_barrier}
 
 
@@ -93,7 +93,7 @@ def drop_breakpoints(fn: tile.Function, target: Target) -> None:
 
     sweep(fn.body)
     if found:
-        from .cse import dce
+        from kdsl.passes.cse import dce
 
         dce(fn)
         lines = ", ".join(str(op.loc) for op in found)

@@ -46,9 +46,9 @@ from kdsl.ir.loop import (
 )
 from kdsl.ir.types import DType, int32
 
-from . import lower_index as ix
-from .lower_elementwise import register_type, rounded
-from .lower_reduce import combine_custom
+from . import index as ix
+from .elementwise import register_type, rounded
+from .reduce import combine_custom
 
 # Built-in scan kinds -> the Loop IR binary op of one step (rounded as that op's result).
 _STEP = {"sum": "add", "prod": "mul"}

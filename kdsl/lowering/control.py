@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from kdsl.ir import tile
 from kdsl.ir.loop import Assign, Cast, Expr, For, If, While
 
-from .lower_elementwise import register_type
+from .elementwise import register_type
 
 if TYPE_CHECKING:
-    from .lower_tiles import Lowerer
+    from .lowerer import Lowerer
 
 
 def lower_for(L: Lowerer, op: tile.Op) -> None:

@@ -11,7 +11,7 @@ emitted as ONE element loop
     for k in range(S):  e = tid + k*T;  [if e < N:]  one Assign per op
 
 With one thread, a group opened by an op of several (non-unit) dims runs nested loops instead,
-one per dim, innermost = last dim, and `k = e` is rebuilt from them (lower_index.py `nest`):
+one per dim, innermost = last dim, and `k = e` is rebuilt from them (index.py `nest`):
 loads and stores along the last dim are then contiguous vector accesses, not gathers.
 
 A group value that is needed elsewhere (a later group, a reduction, a loop carry, a yield) is
@@ -31,14 +31,14 @@ group opens, the sources of all its gathers are staged together (`_prestage`).  
 are reused by *epochs*: each staging starts one, after a barrier that all readers of earlier
 epochs' arrays precede.  Reductions and dots read their operands through `view`, so that
 `dot(q, trans(k))` reads k's copy with permuted coordinates instead of a materialised
-transpose.  Reductions live in lower_reduce.py, scans in lower_scan.py, `dot` in lower_dot.py,
-the element-wise op table in lower_elementwise.py.
+transpose.  Reductions live in reduce.py, scans in scan.py, `dot` in dot.py,
+the element-wise op table in elementwise.py.
 
 A yielded tile computed in the loop body's last group is written straight into the carried
 array when no reader can observe it (`yield_to`), so `acc = acc + ...` costs no copy.
 
-Control flow lives in lower_control.py, IR analyses (aliases, users, stored parameters) in
-lower_analysis.py.
+Control flow lives in control.py, IR analyses (aliases, users, stored parameters) in
+analysis.py.
 """
 
 from __future__ import annotations
@@ -71,28 +71,22 @@ from kdsl.ir.loop import (
     Var,
 )
 from kdsl.ir.types import PointerType, int32
+from kdsl.passes.provenance import stored_params
 from kdsl.target import Target
 
-from . import lower_fp8 as mem  # loads and stores (8-bit floats move as their codes)
-from . import lower_index as ix
+from . import fp8 as mem  # loads and stores (8-bit floats move as their codes)
+from . import index as ix
+from .analysis import ALIASES, addressed_operands, aliases, raw_pointer_loc, users
+from .caps import check_target
+from .control import lower_for, lower_if, lower_while
+from .debug import DEBUG_LOWERINGS, drop_breakpoints
+from .dot import dot_strategy
+from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
+from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .hoist_barriers import hoist_barriers
-from .lower_analysis import (
-    ALIASES,
-    addressed_operands,
-    aliases,
-    raw_pointer_loc,
-    stored_params,
-    users,
-)
-from .lower_caps import check_target
-from .lower_control import lower_for, lower_if, lower_while
-from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
-from .lower_dot import dot_strategy
-from .lower_elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
-from .lower_gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
-from .lower_reduce import lower_reduce
-from .lower_scan import lower_scan
-from .lower_vector import VecGroup, Vectorizer, element_index
+from .reduce import lower_reduce
+from .scan import lower_scan
+from .vector import VecGroup, Vectorizer, element_index
 
 # Ops computed element by element inside a group.
 GATHERS = frozenset({"broadcast", "trans", "slice"})
@@ -151,7 +145,7 @@ class Group:
     # Register arrays read at other slots than k (T == 1 gathers, reductions, dot operands):
     # a yield may not write them in place.
     addressed: set[str] = field(default_factory=set)
-    width: int = 1  # V of the layout for this numel (lower_vector.py)
+    width: int = 1  # V of the layout for this numel (vector.py)
     vec: VecGroup | None = None  # vector accesses of the group, if any
     # One-thread nested loops (T == 1, several dims): the dims and their loop variables.
     dims: tuple[int, ...] = ()
@@ -159,7 +153,7 @@ class Group:
 
 
 class Lowerer:
-    """State of one lowering.  Helpers in lower_reduce.py / lower_dot.py use its small API:
+    """State of one lowering.  Helpers in reduce.py / dot.py use its small API:
     `close`, `open_group`, `view`/`at`, `addressable`, `note_addressed`, `read`, `bind`, `var`,
     `shared`, `emit`, `barrier`, `tid`, `T`."""
 
@@ -336,7 +330,7 @@ class Lowerer:
             return False
         # Every other reader goes through `read`/`read_at`, which recompute a remat_ok value,
         # except reductions and dots outside the group (one fused into it, as
-        # lower_reduce.py's `_fused_partial_sum`, has already read it).
+        # reduce.py's `_fused_partial_sum`, has already read it).
         return not self.remat_ok(v) or any(id(u) not in g.ops
                                            for u in self.viewers.get(v.id, ()))
 

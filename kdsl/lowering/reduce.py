@@ -47,8 +47,8 @@ from kdsl.ir.loop import (
 )
 from kdsl.ir.types import DType, int1, int32
 
-from . import lower_index as ix
-from .lower_elementwise import ELEMENTWISE, register_type, rounded
+from . import index as ix
+from .elementwise import ELEMENTWISE, register_type, rounded
 
 INT32_MAX = 2**31 - 1
 
