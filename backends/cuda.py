@@ -53,7 +53,7 @@ _WRAP = {"int8": "unsigned int", "int16": "unsigned int", "uint8": "unsigned int
 def cuda_dialect() -> CDialect:
     return CDialect(
         name="cuda", template="cuda.cu.j2", kernel_qual='extern "C" __global__',
-        global_qual="", shared_qual="__shared__", restrict="__restrict__",
+        global_qual="", shared_qual="__shared__",
         barrier="__syncthreads();",
         special={"tid": "(int)threadIdx.x", "pid": "(int)blockIdx.{xyz}",
                  "nprog": "(int)gridDim.{xyz}"},

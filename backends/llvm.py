@@ -74,17 +74,14 @@ class _FnEmitter:
         self.k = kernel
         self.m = module
         self.math = math
-        self.fmf = ("fast",) if kernel.attrs.get("fast_math") else ()
+        self.fmf = ("fast",) if kernel.options.fast_math else ()
         ptys = [reg_type(p.dtype) for p in kernel.params] + [I32] * 6
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), ptys), f"{kernel.name}.body")
         self.fn.linkage = "internal"
         self.fn.attributes.add("alwaysinline")
         self.fn.attributes.add("nounwind")
         for a, p in zip(self.fn.args, kernel.params):
-            a.name = p.name
-            # user arrays may alias (in/out the same array): noalias only on request
-            if kernel.attrs.get("noalias") and isinstance(p.dtype, PointerType):
-                a.add_attribute("noalias")
+            a.name = p.name  # (user arrays may alias, in/out the same array: never noalias)
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self.params = {p.name: a for p, a in zip(kernel.params, self.fn.args)}

@@ -703,7 +703,7 @@ class _Machine:
                         f"multiple of the element size {size}")
             text = f": {op.loc.text.strip()}" if op.loc.text else ""
             # Always checked here; a checked launch reports it as the public OutOfBoundsError.
-            exc = OutOfBoundsError if self.fn.attrs.get("check") else IndexError
+            exc = OutOfBoundsError if self.fn.options.check else IndexError
             raise exc(f"{op.kind} out of bounds at {op.loc}{text}: {what}")
         return idx, sel
 

@@ -4,7 +4,7 @@
 `kernel.threads` threads of a program run as Python generators that yield at each `Barrier`; they
 advance in lock-step from barrier to barrier (a thread that finishes while another waits at a
 barrier is an error: barriers must be reached uniformly).  An `Intrinsic` runs through
-`INTRINSICS` (registered by the pass that emits it); a warp intrinsic is a rendezvous of the
+the kernel's `intrinsics` (recorded by the lowering that emits it); a warp intrinsic is a rendezvous of the
 32 lanes of a warp, which must all reach the same statement.  Register arrays and variables are
 per thread, shared arrays per program; array arguments are NumPy arrays updated in place.
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
@@ -343,7 +342,7 @@ class _Program:
                             self.store((ptr[0], ptr[1] + j * step), pointee,
                                        _typed(arr[j], a.dtype))
                 case L.Intrinsic(name=n, args=a, results=r):
-                    sim = INTRINSICS[n]
+                    sim = self.intrinsic(n)
                     vals = [self.ev(x, th) for x in a]
                     # A warp intrinsic waits for its warp's other lanes (see `execute`).
                     outs = (yield (s, vals)) if sim.warp else sim.fn(vals)
@@ -351,6 +350,13 @@ class _Program:
                         th.vars[v.name] = _typed(x, v.dtype)
                 case _:
                     raise TypeError(f"unknown statement {s!r}")
+
+    def intrinsic(self, name: str) -> L.IntrinsicSim:
+        sim = self.kernel.intrinsics.get(name)
+        if sim is None:
+            raise RuntimeError(f"intrinsic {name}: the kernel records no simulation of it "
+                               "(`Kernel.intrinsics`)")
+        return sim
 
     def execute(self) -> None:
         """Run the threads from one synchronisation point to the next: a `Barrier` releases
@@ -364,7 +370,7 @@ class _Program:
             th.regs = {a.name: _new_array(a) for a in k.arrays if a.space == "reg"}
             threads.append(self.run(k.body, th))
         n = len(threads)
-        width = min(n, int(k.attrs.get("warp_size", WARP_SIZE)))
+        width = min(n, k.warp_size)
         state: list[Any] = ["run"] * n   # "run" | "done" | None (barrier) | (stmt, args)
         reply: list[Any] = [None] * n
         barriers = 0
@@ -381,7 +387,7 @@ class _Program:
                 lanes = state[w:w + width]
                 if all(isinstance(x, tuple) and x[0] is lanes[0][0] for x in lanes):
                     stmt = lanes[0][0]
-                    outs = INTRINSICS[stmt.name].fn([x[1] for x in lanes])
+                    outs = self.intrinsic(stmt.name).fn([x[1] for x in lanes])
                     for i, out in enumerate(outs, w):
                         state[i], reply[i] = "run", out
                     progressed = True
@@ -402,18 +408,7 @@ class _Program:
                                f"lane of its warp (after barrier {barriers})")
 
 
-@dataclass(frozen=True)
-class IntrinsicSim:
-    """How the simulator runs an `Intrinsic`.  Per thread: `fn(args) -> results`.  With
-    `warp=True`: `fn([args of lane 0, ...]) -> [results of lane 0, ...]` for a whole warp."""
-
-    fn: Callable
-    warp: bool = False
-
-
-# Intrinsic name -> simulation; the passes that emit an intrinsic register it here.
-INTRINSICS: dict[str, IntrinsicSim] = {}
-WARP_SIZE = 32
+IntrinsicSim = L.IntrinsicSim  # (defined with the IR: the lowering records one per name)
 
 
 def _new_array(a: L.Array) -> np.ndarray:
@@ -522,4 +517,4 @@ def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list, races: bool 
         _Program(kernel, tuple(reversed(pid)), grid, buffers, params, races).execute()
 
 
-__all__ = ["INTRINSICS", "IntrinsicSim", "SharedMemoryRace", "round_bf16", "run_kernel"]
+__all__ = ["IntrinsicSim", "SharedMemoryRace", "round_bf16", "run_kernel"]

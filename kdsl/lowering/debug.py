@@ -25,7 +25,7 @@ from . import index as ix
 from .elementwise import half_bits
 
 if TYPE_CHECKING:
-    from .lowerer import Lowerer
+    from .context import LoweringContext
 
 _UNSIGNED = {8: uint8, 16: uint16, 32: uint32, 64: uint64}
 
@@ -45,18 +45,18 @@ def _pids() -> list[Expr]:
     return [Special("pid", a) for a in range(3)]
 
 
-def lower_print(L: Lowerer, op: tile.Op) -> None:
+def lower_print(L: LoweringContext, op: tile.Op) -> None:
     L.close()
     prefix, hex = op.attrs.get("prefix", ""), bool(op.attrs.get("hex", False))
     n = len(op.operands)
     if not n:
-        L.emit(L._once(Print(bare_format(prefix), _pids())))
+        L.emit(L.once(Print(bare_format(prefix), _pids())))
     for k, v in enumerate(op.operands):
         elem, shape = v.type.elem, v.type.shape
         fmt = line_format(prefix, k, n, shape, elem, hex)
         if not shape:
             x = L.scalar(v)
-            L.emit(L._once(Print(fmt, _pids() + [hex_value(x, elem) if hex else x])))
+            L.emit(L.once(Print(fmt, _pids() + [hex_value(x, elem) if hex else x])))
             continue
         g = L.open_group(v.type.numel)
         x = L.read(v)
@@ -66,7 +66,7 @@ def lower_print(L: Lowerer, op: tile.Op) -> None:
         L.close()
 
 
-def lower_barrier(L: Lowerer, op: tile.Op) -> None:
+def lower_barrier(L: LoweringContext, op: tile.Op) -> None:
     L.close()
     L.barrier()
 

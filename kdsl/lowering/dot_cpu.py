@@ -35,6 +35,7 @@ from kdsl.ir.loop import Array, ArrayStore, Assign, Cast, Comment, Expr, Fma, Fo
 from kdsl.ir.types import float32, int32
 
 from . import index as ix
+from .context import LoweringContext
 from .elementwise import HALF, register_type
 
 # Block shapes, best first: the first (MR, NR) dividing (M, N) wins.  NR is a multiple of the
@@ -53,7 +54,7 @@ def _widen(x: Expr, t) -> Expr:
     return x if x.dtype == t else Cast(x, t)
 
 
-def _pack_loops(L, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) -> Array:
+def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) -> Array:
     """A packed copy of an `outer x inner` operand (`inner` = K) in micro-panels of R rows:
     element (r, k) goes to `(r // R) * R * inner + k * R + r % R`, so that the micro-kernel
     reads each panel front to back.  `at(r, k)` is the element's index in `src`."""
@@ -67,7 +68,7 @@ def _pack_loops(L, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) 
     return out
 
 
-def cpu_dot(L, op: tile.Op, fallback: Callable) -> None:
+def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     """The micro-kernel for float32 accumulators; `fallback` (dot.py's row strategy) for
     integer, float64 and 16-bit accumulators."""
     a, b, c = op.operands

@@ -137,7 +137,7 @@ def test_int_c_semantics(dtype):
         a[5], b[5] = info.min, -1  # MIN / -1 wraps
         b[6:20] = RNG.integers(-9, 9, 14)
     kernel = samples.int_ops(from_numpy(dt), 32)
-    outs = {name: np.zeros(n, dt) for name in kernel.attrs["stored_params"]}
+    outs = {kernel.params[i].name: np.zeros(n, dt) for i in kernel.stored_indices()}
     run(kernel, math.ceil(n / 64), a=a, b=b, n=n, **outs)
     for name, got in outs.items():
         op = name[len("out_"):]
