@@ -57,6 +57,9 @@ class Backend(ABC):
     level: str = "loop"
     #: capabilities the shared lowering may use (see `kdsl.target.Target.caps`)
     caps: frozenset[str] = frozenset()
+    #: the Loop IR unary and binary ops `codegen` emits ("tanh", or "tanh:float64" for one
+    #: type; None: all); the lowering's `legalize` decomposes the others (`Target.ops`)
+    ops: frozenset[str] | None = None
 
     @abstractmethod
     def is_available(self) -> bool:

@@ -208,6 +208,9 @@ _HELPER_CALLS = ("kd_sigmoid", "kd_abs", "kd_div", "kd_mod", "kd_fmax", "kd_fmin
 
 
 WRAPPING = frozenset({"add", "sub", "mul", "shl"})
+#: the Loop IR ops the tables spell (`Backend.ops` of the C-like backends)
+C_OPS = frozenset(FLOAT_UNARY) | frozenset(INT_UNARY) | {"clz", "popc"} | frozenset(
+    FLOAT_BINARY) | frozenset(INT_BINARY) | frozenset(BOOL_BINARY)
 
 
 def _is_small(t: DType) -> bool:

@@ -29,7 +29,7 @@ from kdsl.target import Target
 
 from .base import Backend, BoundArg
 from .c_atomics import CUDA_ATOMICS
-from .c_like import CDialect, CEmitter, emit, kernel_name, math_names, stored_params
+from .c_like import C_OPS, CDialect, CEmitter, emit, kernel_name, math_names, stored_params
 
 DEFAULT_ARCH = "sm_80"
 # Static `__shared__` arrays of one block are limited to 48 KiB; beyond it a kernel uses
@@ -349,6 +349,7 @@ class CUDABackend(Backend):
     name = "cuda"
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads",
                       "bessel"})
+    ops = C_OPS
 
     def device_kind(self) -> str:
         return "gpu"
@@ -368,7 +369,7 @@ class CUDABackend(Backend):
         shared = (device_shared_limit() if self.is_available() else None) or shared_limit(
             self.arch())
         return Target("cuda", threads=num_warps * 32, warp_size=32, shared_bytes=shared,
-                      caps=caps)
+                      caps=caps, ops=self.ops)
 
     def arch(self) -> str:
         """`sm_XY` of the current device, else DEFAULT_ARCH."""

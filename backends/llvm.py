@@ -678,9 +678,16 @@ def _toolchain_id() -> str:
     ])
 
 
+# The Loop IR ops this backend emits itself: every one but float32 tanh and erf, and sigmoid,
+# which kdsl/lowering/legalize.py decomposes into ops listed here (exp and friends come from
+# llvm_math.py, the rest from LLVM intrinsics and libm).
+OPS = (L.UNARY | L.BINARY) - {"tanh", "erf", "sigmoid"} | {"tanh:float64", "erf:float64"}
+
+
 class LLVMBackend(Backend):
     name = "llvm"
     caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel"})
+    ops = OPS
 
     def is_available(self) -> bool:
         try:
@@ -690,7 +697,7 @@ class LLVMBackend(Backend):
             return False
 
     def target(self, num_warps: int) -> Target:
-        return Target("llvm", threads=1, warp_size=1, caps=self.caps)
+        return Target("llvm", threads=1, warp_size=1, caps=self.caps, ops=self.ops)
 
     def hash(self) -> str:
         # the capabilities change the lowering (partial sums, the dot micro-kernel): part of

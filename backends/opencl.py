@@ -32,7 +32,7 @@ from kdsl.target import Target
 
 from .base import Backend, BoundArg
 from .c_atomics import OPENCL_ATOMICS
-from .c_like import CDialect, emit, kernel_name, math_names, stored_params
+from .c_like import C_OPS, CDialect, emit, kernel_name, math_names, stored_params
 from .opencl_loops import pocl_safe
 
 OPTIONS = ["-cl-fp32-correctly-rounded-divide-sqrt"]
@@ -184,6 +184,7 @@ class _Program:
 
 class OpenCLBackend(Backend):
     name = "opencl"
+    ops = C_OPS
 
     def __init__(self) -> None:
         self._rt: _Runtime | None = None
@@ -239,7 +240,7 @@ class OpenCLBackend(Backend):
         missing = frozenset({"fp64"}) if dev is not None and "fp64" not in self.caps \
             else frozenset()
         return Target("opencl", threads=num_warps * 32, warp_size=32, shared_bytes=shared,
-                      caps=self.caps, missing=missing)
+                      caps=self.caps, missing=missing, ops=self.ops)
 
     def hash(self) -> str:
         dev = self._device()

@@ -19,6 +19,9 @@ class Target:
     missing       capabilities the device is known to lack ("fp64" on an OpenCL device without
                   cl_khr_fp64): a kernel needing one is a CompilationError
                   (kdsl/lowering/caps.py).
+    ops           the Loop IR unary and binary ops the backend emits: "tanh" for every type,
+                  "tanh:float64" for one; None: all of them.  `legalize` decomposes the others
+                  (kdsl/lowering/legalize.py) and the verifier checks that none is left.
 
     The properties below name what the thread count means for the lowering; the lowering
     branches on them, never on `threads` itself (arithmetic with it aside).
@@ -30,6 +33,7 @@ class Target:
     shared_bytes: int = 1 << 30
     caps: frozenset[str] = field(default_factory=frozenset)
     missing: frozenset[str] = field(default_factory=frozenset)
+    ops: frozenset[str] | None = None
 
     def has(self, cap: str) -> bool:
         return cap in self.caps
@@ -63,4 +67,5 @@ class Target:
         """Stable text of every field (sets sorted), for the disk cache key."""
         return (f"{self.backend}|threads={self.threads}|warp={self.warp_size}|"
                 f"shared={self.shared_bytes}|caps={','.join(sorted(self.caps))}|"
-                f"missing={','.join(sorted(self.missing))}")
+                f"missing={','.join(sorted(self.missing))}|"
+                f"ops={'all' if self.ops is None else ','.join(sorted(self.ops))}")

@@ -38,6 +38,7 @@ import numpy as np
 from . import atomics
 from . import loop as L
 from . import mathops, rawmem
+from .loop_verify import verify
 from .types import DType, PointerType, bfloat16, float16, uint8
 
 RAW = -1  # argument index of a pointer made from an integer: its offset is an address
@@ -501,6 +502,7 @@ _EVAL: dict[type, Callable] = {
 def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list, races: bool = True) -> None:
     """Run `kernel` on `grid` (1 to 3 ints); array arguments are updated in place.  With
     `races`, a shared-memory race between threads of a program raises `SharedMemoryRace`."""
+    verify(kernel)  # a malformed kernel is an error naming its node, not a wrong result
     grid = tuple(grid) + (1,) * (3 - len(grid))
     buffers: list[np.ndarray] = []
     params: dict[str, Any] = {}

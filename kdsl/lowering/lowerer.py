@@ -73,6 +73,7 @@ from kdsl.ir.loop import (
     Stmt,
     Var,
 )
+from kdsl.ir.loop_verify import verify
 from kdsl.ir.types import PointerType, int32
 from kdsl.passes.provenance import stored_params
 from kdsl.target import Target
@@ -89,6 +90,7 @@ from .dot_mma import SIMULATIONS as MMA_SIMULATIONS
 from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
 from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .hoist_barriers import hoist_barriers
+from .legalize import legalize
 from .reduce import lower_reduce
 from .scan import lower_scan
 from .vector import Vectorizer, element_index
@@ -869,9 +871,11 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
                     options=fn.options, stored_params=frozenset(stored_params(fn)),
                     shared_bytes=L.shared_bytes, raw_pointers=raw_pointer_loc(fn),
                     warp_size=target.warp_size)
-    kernel = hoist_barriers(kernel)
+    kernel = hoist_barriers(legalize(kernel, target))
     kernel.intrinsics = {n: INTRINSIC_SIMULATIONS[n] for n in _intrinsics_used(kernel.body)}
-    return kernel
+    # A bad lowering is an error naming its node here, not a KeyError in an emitter; and
+    # what the backend gets has only the ops it lists (a fraction of a millisecond).
+    return verify(kernel, target.ops)
 
 
 #: how the Loop IR simulator runs each intrinsic the lowering may emit (dot_mma.py's)

@@ -12,6 +12,7 @@ import pytest
 
 from kdsl.compile_options import CompileOptions
 from kdsl.ir import loop as L
+from kdsl.ir.loop_verify import verify
 from kdsl.ir.types import (
     PointerType,
     bfloat16,
@@ -24,6 +25,7 @@ from kdsl.ir.types import (
     int64,
     uint32,
 )
+from kdsl.lowering.legalize import legalize
 
 llvm_backend = pytest.importorskip("kdsl.backends.llvm")
 from kdsl.backends.base import BoundArg
@@ -50,7 +52,9 @@ def kernel(name, params, body, variables=(), arrays=(), **attrs) -> L.Kernel:
 
 
 def run(k: L.Kernel, grid, *values):
-    """Build and launch `k`; arrays are passed as NumPy arrays, scalars as Python numbers."""
+    """Build and launch `k`; arrays are passed as NumPy arrays, scalars as Python numbers.
+    The kernel is first legalized for the backend's ops, as the lowering does."""
+    k = verify(legalize(k, BE.target(4)), BE.ops)
     h = BE.build(k, BE.codegen(k))
     args = []
     for p, v in zip(k.params, values):
