@@ -109,6 +109,7 @@ REMAT_LIMIT = 12  # largest expression (in distinct ops) recomputed instead of s
 # with one on a rematerialised load is stored.  On index math they stay cheap enough (rare).
 COSTLY = (tile.UNARY_OPS - {"neg", "not", "abs", "floor", "ceil"}) | {"pow"}
 
+
 class _Names:
     """Unique identifiers (letters, digits and `_`, ending in a digit): each backend maps them
     to its own language's identifiers (the C emitter renames keywords and library names)."""
