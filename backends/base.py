@@ -4,7 +4,7 @@ A backend turns a `loop.Kernel` into source text with no device (`codegen`), bui
 into something launchable (`build`, cached on disk through `serialize`/`deserialize`) and
 launches it on a grid (`launch`).  The runtime (`kdsl/runtime/`) owns specialisation, caching
 and argument checking; the backend owns memory: it copies NumPy arrays to its device and back
-(only the parameters in `kernel.attrs["stored_params"]` are copied back) and uses its own
+(only the parameters in `kernel.stored_indices()` are copied back) and uses its own
 device arrays in place.
 """
 
@@ -57,6 +57,9 @@ class Backend(ABC):
     level: str = "loop"
     #: capabilities the shared lowering may use (see `kdsl.target.Target.caps`)
     caps: frozenset[str] = frozenset()
+    #: the Loop IR unary and binary ops `codegen` emits ("tanh", or "tanh:float64" for one
+    #: type; None: all); the lowering's `legalize` decomposes the others (`Target.ops`)
+    ops: frozenset[str] | None = None
 
     @abstractmethod
     def is_available(self) -> bool:

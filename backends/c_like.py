@@ -15,7 +15,7 @@ Semantic rules (those of `kdsl/ir/loop.py`):
 - float maximum/minimum propagate NaN (C's fmax/fmin do not);
 - float16/bfloat16 values are float32 in registers: memory accesses convert, `Round` rounds to
   nearest even (bfloat16 by bit manipulation on uint16 storage, NaN kept quiet); 8-bit floats
-  are bytes in memory (the lowering converts their codes, kdsl/passes/lower_fp8.py);
+  are bytes in memory (the lowering converts their codes, kdsl/lowering/fp8.py);
 - pointers convert to and from 64-bit integers and to other pointers with C casts;
 - a masked load is `(mask ? load : other)`: C's `?:` is lazy, so masked-off lanes never touch
   memory;
@@ -60,7 +60,6 @@ class CDialect:
     kernel_qual: str                    # '__kernel' / 'extern "C" __global__'
     global_qual: str                    # qualifier of pointers to global memory ('__global ')
     shared_qual: str                    # '__local' / '__shared__'
-    restrict: str                       # 'restrict' / '__restrict__' (used with attrs["noalias"])
     barrier: str                        # statement
     special: Mapping[str, str]          # "tid" / "pid" / "nprog" -> format with {axis}
     types: Mapping[str, str]            # DType name -> C scalar type (values and memory)
@@ -209,6 +208,9 @@ _HELPER_CALLS = ("kd_sigmoid", "kd_abs", "kd_div", "kd_mod", "kd_fmax", "kd_fmin
 
 
 WRAPPING = frozenset({"add", "sub", "mul", "shl"})
+#: the Loop IR ops the tables spell (`Backend.ops` of the C-like backends)
+C_OPS = frozenset(FLOAT_UNARY) | frozenset(INT_UNARY) | {"clz", "popc"} | frozenset(
+    FLOAT_BINARY) | frozenset(INT_BINARY) | frozenset(BOOL_BINARY)
 
 
 def _is_small(t: DType) -> bool:
@@ -228,7 +230,7 @@ class CEmitter:
         self.uses_int64_atomics = False
         self.uses_int64_ext_atomics = False
         self.atomic_helpers: dict[str, str] = {}  # name -> C definition, in dependency order
-        self.fast_math = bool(kernel.attrs.get("fast_math"))
+        self.fast_math = kernel.options.fast_math
         self.intrinsics: set[str] = set()       # Intrinsic names used (template defines them)
         self.expr_table: dict[type, Callable[[loop.Expr], str]] = {
             loop.Const: self._const, loop.Var: self._var, loop.Special: self._special,
@@ -628,9 +630,8 @@ class CEmitter:
 
     def param(self, p: loop.KParam) -> str:
         name = self.names("v", p.name)
-        if isinstance(p.dtype, PointerType):
-            restrict = f" {self.d.restrict}" if self.k.attrs.get("noalias") else ""
-            return f"{self.ctype(p.dtype)}{restrict} {name}"
+        if isinstance(p.dtype, PointerType):  # (user arrays may alias: never restrict)
+            return f"{self.ctype(p.dtype)} {name}"
         # bool is not a legal OpenCL kernel argument type: scalars of int1 arrive as bytes
         ctype = self.mem_type(p.dtype) if p.dtype.is_bool else self.ctype(p.dtype)
         return f"{ctype} {name}"
@@ -668,10 +669,10 @@ class CEmitter:
             registers=[a for a, arr in zip(arrays, k.arrays) if arr.space != "shared"],
             variables=variables, specials=sorted(self.specials.items()), body=body,
             helpers=self._helper_records(), fp64=self.uses_fp64,
-            int64_atomics=self.uses_int64_atomics, fast_math=bool(k.attrs.get("fast_math")),
+            int64_atomics=self.uses_int64_atomics, fast_math=k.options.fast_math,
             int64_ext_atomics=self.uses_int64_ext_atomics,
             intrinsics=sorted(self.intrinsics), dynamic_shared=self.dynamic_shared_bytes(),
-            maxnreg=k.attrs.get("maxnreg"),
+            maxnreg=k.options.maxnreg,
         ).rstrip() + "\n"
 
     def dynamic_shared_bytes(self) -> int:
@@ -788,13 +789,9 @@ def shared_layout(kernel: loop.Kernel) -> tuple[dict[str, int], int]:
 
 
 def stored_params(kernel: loop.Kernel) -> set[int]:
-    """Indices of the parameters whose NumPy arrays a device backend copies back after a launch:
-    `attrs["stored_params"]` lists them by index or by name; without it, every pointer."""
-    stored = kernel.attrs.get("stored_params")
-    params = kernel.params
-    if stored is None:
-        return {i for i, p in enumerate(params) if isinstance(p.dtype, PointerType)}
-    return {i for i, p in enumerate(params) if i in stored or p.name in stored}
+    """Indices of the parameters whose NumPy arrays a device backend copies back after a launch
+    (`loop.Kernel.stored_indices`)."""
+    return set(kernel.stored_indices())
 
 
 def kernel_name(name: str) -> str:

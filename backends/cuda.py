@@ -30,7 +30,7 @@ from kdsl.target import Target
 
 from .base import Backend, BoundArg
 from .c_atomics import CUDA_ATOMICS
-from .c_like import CDialect, CEmitter, emit, kernel_name, math_names, stored_params
+from .c_like import C_OPS, CDialect, CEmitter, emit, kernel_name, math_names, stored_params
 
 DEFAULT_ARCH = "sm_80"
 # Static `__shared__` arrays of one block are limited to 48 KiB; beyond it a kernel uses
@@ -54,7 +54,7 @@ _WRAP = {"int8": "unsigned int", "int16": "unsigned int", "uint8": "unsigned int
 def cuda_dialect() -> CDialect:
     return CDialect(
         name="cuda", template="cuda.cu.j2", kernel_qual='extern "C" __global__',
-        global_qual="", shared_qual="__shared__", restrict="__restrict__",
+        global_qual="", shared_qual="__shared__",
         barrier="__syncthreads();",
         special={"tid": "(int)threadIdx.x", "pid": "(int)blockIdx.{xyz}",
                  "nprog": "(int)gridDim.{xyz}"},
@@ -74,7 +74,7 @@ def cuda_dialect() -> CDialect:
         extra={"as_float": "__uint_as_float", "as_uint": "__float_as_uint", "f16_helper": "",
                "options": " ".join(OPTIONS), "options_fast": " ".join(OPTIONS + [FAST_MATH])},
         intrinsics=MMA_FUNCTIONS,
-        # VecLoad/VecStore (kdsl/passes/lower_vector.py): float4, int4, ushort4 (16-bit floats
+        # VecLoad/VecStore (kdsl/lowering/vector.py): float4, int4, ushort4 (16-bit floats
         # as bits), ... whose aligned loads are ld.global.v4 / ld.global.v2
         vector_types=CUDA_VECTOR_TYPES,
         vector_lane_in={"float16": "__half2float(__ushort_as_half({c}))",
@@ -93,7 +93,7 @@ CUDA_VECTOR_TYPES = {
 }
 
 
-# Tensor-core intrinsics (kdsl/passes/lower_dot_mma.py) -> functions of cuda_mma.cu.j2.
+# Tensor-core intrinsics (kdsl/lowering/dot_mma.py) -> functions of cuda_mma.cu.j2.
 MMA_FUNCTIONS = {
     "mma_m16n8k16_f32_f16": "kd_mma_m16n8k16_f16", "mma_m16n8k16_f32_bf16":
     "kd_mma_m16n8k16_bf16", "mma_m16n8k8_f32_tf32": "kd_mma_m16n8k8_tf32",
@@ -379,6 +379,7 @@ class CUDABackend(Backend):
     name = "cuda"
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads",
                       "bessel"})
+    ops = C_OPS
 
     def device_kind(self) -> str:
         return "gpu"
@@ -398,7 +399,7 @@ class CUDABackend(Backend):
         shared = (device_shared_limit() if self.is_available() else None) or shared_limit(
             self.arch())
         return Target("cuda", threads=num_warps * 32, warp_size=32, shared_bytes=shared,
-                      caps=caps)
+                      caps=caps, ops=self.ops)
 
     def arch(self) -> str:
         """`sm_XY` of the current device, else DEFAULT_ARCH."""

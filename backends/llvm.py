@@ -30,31 +30,7 @@ from . import llvm_atomics, llvm_debug, llvm_host
 from .base import Backend, BoundArg
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, ArgPacker, run_grid
-
-I1, I8, I16, I32, I64 = (ir.IntType(w) for w in (1, 8, 16, 32, 64))
-F16 = ir.HalfType()
-PTR = ir.PointerType()
-
-# Register type of each dtype (float16/bfloat16 values live in float32: see loop.py).
-_REG = {"int1": I1, "int8": I8, "int16": I16, "int32": I32, "int64": I64, "uint8": I8,
-        "uint16": I16, "uint32": I32, "uint64": I64, "float16": F32, "bfloat16": F32,
-        "float32": F32, "float64": F64}
-# Memory type of the elements a pointer points to (bool arrays are NumPy bytes).
-_MEM = {**_REG, "int1": I8, "float16": F16, "bfloat16": I16}
-# 8-bit floats: float32 values, byte codes in memory (kdsl/ir/loop.py)
-_REG.update({n: F32 for n in ("float8e4nv", "float8e5", "float8e4b15", "float8e4b8",
-                              "float8e5b16")})
-_MEM.update({n: I8 for n in ("float8e4nv", "float8e5", "float8e4b15", "float8e4b8",
-                             "float8e5b16")})
-
-
-def reg_type(t: DType | PointerType) -> ir.Type:
-    return PTR if isinstance(t, PointerType) else _REG[t.name]
-
-
-def mem_type(t: DType) -> ir.Type:
-    return _MEM[t.name]
-
+from .llvm_types import F16, I1, I8, I16, I32, I64, PTR, mem_type, reg_type
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # IEEE comparisons: ordered (false on NaN) except `ne` (true on NaN), as in C.
@@ -98,17 +74,14 @@ class _FnEmitter:
         self.k = kernel
         self.m = module
         self.math = math
-        self.fmf = ("fast",) if kernel.attrs.get("fast_math") else ()
+        self.fmf = ("fast",) if kernel.options.fast_math else ()
         ptys = [reg_type(p.dtype) for p in kernel.params] + [I32] * 6
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), ptys), f"{kernel.name}.body")
         self.fn.linkage = "internal"
         self.fn.attributes.add("alwaysinline")
         self.fn.attributes.add("nounwind")
         for a, p in zip(self.fn.args, kernel.params):
-            a.name = p.name
-            # user arrays may alias (in/out the same array): noalias only on request
-            if kernel.attrs.get("noalias") and isinstance(p.dtype, PointerType):
-                a.add_attribute("noalias")
+            a.name = p.name  # (user arrays may alias, in/out the same array: never noalias)
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self.params = {p.name: a for p, a in zip(kernel.params, self.fn.args)}
@@ -706,9 +679,16 @@ def _toolchain_id() -> str:
     ])
 
 
+# The Loop IR ops this backend emits itself: every one but float32 tanh and erf, and sigmoid,
+# which kdsl/lowering/legalize.py decomposes into ops listed here (exp and friends come from
+# llvm_math.py, the rest from LLVM intrinsics and libm).
+OPS = (L.UNARY | L.BINARY) - {"tanh", "erf", "sigmoid"} | {"tanh:float64", "erf:float64"}
+
+
 class LLVMBackend(Backend):
     name = "llvm"
     caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel"})
+    ops = OPS
 
     def is_available(self) -> bool:
         try:
@@ -719,7 +699,7 @@ class LLVMBackend(Backend):
 
     def target(self, num_warps: int) -> Target:
         simd = llvm_host.profile()  # the dot micro-kernel's register blocks follow it
-        return Target("llvm", threads=1, warp_size=1, caps=self.caps,
+        return Target("llvm", threads=1, warp_size=1, caps=self.caps, ops=self.ops,
                       vector_bits=simd.vector_bits, vector_regs=simd.vector_regs)
 
     def hash(self) -> str:

@@ -25,7 +25,7 @@ the LLVM features it needs and the profile they give.  Rationale of the rows:
 
 `KDSL_LLVM_VECTOR_WIDTH` overrides the host's row: `auto` (default), `128`/`256`/`512`
 (that preferred width, the host's register count), or `llvm` (no attribute and the
-width-agnostic block table of kdsl/passes/lower_dot_cpu.py: LLVM's own choice, which is how
+width-agnostic block table of kdsl/lowering/dot_cpu.py: LLVM's own choice, which is how
 kdsl compiled before this table existed; handy for side-by-side measurements).
 The chosen profile is part of the backend's `hash()`, so the disk cache never reuses code built
 for another CPU or width.

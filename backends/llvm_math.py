@@ -1,9 +1,9 @@
 """Vectorisable math for the LLVM backend.
 
-float32 `exp exp2 log log2 sin cos tanh erf sigmoid` are built here as internal, always-inlined
-LLVM functions made only of arithmetic, bit operations and `select` (no branches, no calls to
-libm), so that the loop vectoriser turns a loop of them into SIMD code.  Each uses a range
-reduction and a polynomial:
+float32 `exp exp2 log log2 sin cos` are built here as internal, always-inlined LLVM functions
+made only of arithmetic, bit operations and `select` (no branches, no calls to libm), so that
+the loop vectoriser turns a loop of them into SIMD code.  Each uses a range reduction and a
+polynomial:
 
   exp, exp2   Cephes-style: x = n*ln2 + r, polynomial in r, then scale by 2^n in two steps so
               that results in the denormal range are rounded once.
@@ -13,14 +13,12 @@ reduction and a polynomial:
               (exact products); larger |x|: x*2/pi mod 4 summed from exact products of x with
               28-bit chunks of 2/pi (a branch-free Payne-Hanek).  Taylor polynomials of r,
               quadrant chosen by select.
-  tanh        |x| < 0.625: odd polynomial (float64); else 1 - 2/(exp(2|x|) + 1); sign copied.
-  erf         float64: |x| < 1 odd polynomial; [1, 4) three pieces of degree 10; >= 4 is 1.
-  sigmoid     e = exp(-|x|); x >= 0 ? 1/(1+e) : e/(1+e)  (no overflow, denormal tails kept).
 
-The tanh and erf polynomials are least-squares fits on Chebyshev nodes against Python's
-`math.tanh`/`math.erf` (float64), computed once when first needed; their error is far below
-float32 resolution.  float64 math uses LLVM intrinsics (`llvm.exp.f64`, ...) and libm calls
-(`tanh`, `erf`), which are correct but not vectorised.
+float32 `tanh` and `erf`, and `sigmoid`, are target-neutral compositions of these and plain
+arithmetic: the lowering's legalize pass writes them in Loop IR (kdsl/lowering/legalize.py),
+because this backend does not list them among its ops (`OPS` in llvm.py).  float64 math uses
+LLVM intrinsics (`llvm.exp.f64`, ...) and libm calls (`tanh`, `erf`), which are correct but
+not vectorised.
 """
 
 from __future__ import annotations
@@ -28,9 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
-from functools import cache
 
-import numpy as np
 from llvmlite import ir
 
 F32 = ir.FloatType()
@@ -94,30 +90,6 @@ LOG_P = [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
 LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4  # Cody-Waite split of ln 2
 LOG2E = 1.44269504088896341
 LOG2EA = 0.44269504088896340736  # log2(e) - 1
-
-
-def _cheb(lo: float, hi: float, n: int) -> np.ndarray:
-    k = np.arange(n)
-    return lo + (hi - lo) * 0.5 * (1 + np.cos(np.pi * (k + 0.5) / n))
-
-
-@cache
-def _odd_fit(name: str, hi: float, deg: int) -> tuple[float, ...]:
-    """Coefficients (highest first) of P with f(x) ~ x * P(x^2) on (0, hi]."""
-    f = np.vectorize(getattr(math, name))
-    x = _cheb(1e-3, hi, 8 * deg)
-    return tuple(np.polyfit(x * x, f(x) / x, deg).tolist())
-
-
-@cache
-def _erf_pieces() -> tuple[tuple[float, ...], ...]:
-    """Degree-10 fits of erf on [1,2), [2,3), [3,4) in t = x - (i + 1.5)."""
-    f = np.vectorize(math.erf)
-    out = []
-    for lo in (1.0, 2.0, 3.0):
-        x = _cheb(lo, lo + 1, 60)
-        out.append(tuple(np.polyfit(x - (lo + 0.5), f(x), 10).tolist()))
-    return tuple(out)
 
 
 class _B:
@@ -293,43 +265,6 @@ def _cos(h: _B, x):
     return _sincos(h, x, True)
 
 
-def _tanh(h: _B, x):
-    b = h.b
-    a = h.intr("fabs", F32, x)
-    ad = b.fpext(a, F64)
-    small = b.fptrunc(b.fmul(ad, h.horner(b.fmul(ad, ad), _odd_fit("tanh", 0.625, 6))), F32)
-    e = _exp(h, b.fadd(a, a))
-    large = b.fsub(h.c(F32, 1.0), b.fdiv(h.c(F32, 2.0), b.fadd(e, h.c(F32, 1.0))))
-    r = h.sel(h.lt(a, h.c(F32, 0.625)), small, large)
-    return h.intr("copysign", F32, r, x)
-
-
-def _erf(h: _B, x):
-    b = h.b
-    a = b.fpext(h.intr("fabs", F32, x), F64)
-    small = b.fmul(a, h.horner(b.fmul(a, a), _odd_fit("erf", 1.0, 7)))
-    # piece 0, 1, 2 for a in [1, 2), [2, 3), [3, 4) (float compares: no int conversion)
-    is0 = h.lt(a, h.c(F64, 2.0))
-    is1 = h.lt(a, h.c(F64, 3.0))
-    t = b.fsub(a, h.sel(is0, h.c(F64, 1.5), h.sel(is1, h.c(F64, 2.5), h.c(F64, 3.5))))
-    pieces = _erf_pieces()
-    acc = None
-    for k in range(len(pieces[0])):
-        ck = h.sel(is0, h.c(F64, pieces[0][k]),
-                   h.sel(is1, h.c(F64, pieces[1][k]), h.c(F64, pieces[2][k])))
-        acc = ck if acc is None else b.fadd(b.fmul(acc, t), ck)
-    r = h.sel(h.lt(a, h.c(F64, 1.0)), small, acc)
-    r = h.sel(b.fcmp_ordered(">=", a, h.c(F64, 4.0)), h.c(F64, 1.0), r)
-    return h.intr("copysign", F32, b.fptrunc(r, F32), x)
-
-
-def _sigmoid(h: _B, x):
-    b = h.b
-    e = _exp(h, b.fneg(h.intr("fabs", F32, x)))
-    num = h.sel(b.fcmp_ordered(">=", x, h.c(F32, 0.0)), h.c(F32, 1.0), e)
-    return b.fdiv(num, b.fadd(h.c(F32, 1.0), e))
-
-
 def fp_to_int_sat(module: ir.Module, ity: ir.IntType, fty: ir.Type, signed: bool = True
                   ) -> ir.Function:
     """`llvm.fpto[su]i.sat`: float -> int without poison (NaN -> 0, out of range saturates)."""
@@ -341,7 +276,6 @@ def fp_to_int_sat(module: ir.Module, ity: ir.IntType, fty: ir.Type, signed: bool
 
 F32_KERNELS: dict[str, Callable] = {
     "exp": _exp, "exp2": _exp2, "log": _log, "log2": _log2, "sin": _sin, "cos": _cos,
-    "tanh": _tanh, "erf": _erf, "sigmoid": _sigmoid,
 }
 
 # float64: LLVM intrinsics (lowered to libm calls) or libm functions by name.
@@ -377,12 +311,9 @@ class MathLib:
         return ir.Function(self.module, ir.FunctionType(F64, [F64]), name)
 
     def call(self, b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
-        """`op(x)` for op in F32_KERNELS (float32 or float64 `x`)."""
+        """`op(x)`: float32 `x` for op in F32_KERNELS, float64 `x` for op in F64_INTRINSICS or
+        F64_LIBM (float32 tanh and erf, and sigmoid, arrive decomposed by the lowering's
+        legalize pass: `OPS` in llvm.py)."""
         if x.type == F32:
             return b.call(self._f32(op), [x])
-        if op == "sigmoid":
-            h = _B(b, self.module)
-            e = b.call(self._f64("exp"), [b.fneg(h.intr("fabs", F64, x))])
-            num = h.sel(b.fcmp_ordered(">=", x, h.c(F64, 0.0)), h.c(F64, 1.0), e)
-            return b.fdiv(num, b.fadd(h.c(F64, 1.0), e))
         return b.call(self._f64(op), [x])

@@ -32,7 +32,7 @@ from kdsl.target import Target
 
 from .base import Backend, BoundArg
 from .c_atomics import OPENCL_ATOMICS
-from .c_like import CDialect, emit, kernel_name, math_names, stored_params
+from .c_like import C_OPS, CDialect, emit, kernel_name, math_names, stored_params
 from .opencl_loops import pocl_safe
 
 OPTIONS = ["-cl-fp32-correctly-rounded-divide-sqrt"]
@@ -66,7 +66,7 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None) 
             "f16_round": "kd_round_f16({x})", "helper": _F16_ROUND})
     return CDialect(
         name="opencl", template="opencl.cl.j2", kernel_qual="__kernel", global_qual="__global ",
-        shared_qual="__local", restrict="restrict",
+        shared_qual="__local",
         barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
         special={"tid": "(int)get_local_id(0)", "pid": "(int)get_group_id({axis})",
                  "nprog": "(int)get_num_groups({axis})"},
@@ -91,7 +91,7 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None) 
 
 def build_options(kernel: loop.Kernel) -> list[str]:
     """IEEE by default (correctly rounded division and sqrt); fast math replaces that."""
-    return [FAST_MATH] if kernel.attrs.get("fast_math") else list(OPTIONS)
+    return [FAST_MATH] if kernel.options.fast_math else list(OPTIONS)
 
 
 #: Set in a child process forked after this process created its OpenCL runtime: OpenCL
@@ -184,6 +184,7 @@ class _Program:
 
 class OpenCLBackend(Backend):
     name = "opencl"
+    ops = C_OPS
 
     def __init__(self) -> None:
         self._rt: _Runtime | None = None
@@ -239,7 +240,7 @@ class OpenCLBackend(Backend):
         missing = frozenset({"fp64"}) if dev is not None and "fp64" not in self.caps \
             else frozenset()
         return Target("opencl", threads=num_warps * 32, warp_size=32, shared_bytes=shared,
-                      caps=self.caps, missing=missing)
+                      caps=self.caps, missing=missing, ops=self.ops)
 
     def hash(self) -> str:
         dev = self._device()
@@ -256,7 +257,7 @@ class OpenCLBackend(Backend):
         return emit(pocl_safe(kernel), self.dialect())
 
     def _check_addresses(self, kernel: loop.Kernel, rt: _Runtime) -> None:
-        loc = kernel.attrs.get("raw_pointers")
+        loc = kernel.raw_pointers
         if loc is not None and not rt.zero_copy:
             raise CompilationError(
                 f"a pointer made from an integer needs a device that shares the host's address "
@@ -308,7 +309,7 @@ class OpenCLBackend(Backend):
         # In place only what the kernel does not write (unless KDSL_OPENCL_ZERO_COPY=1, or the
         # kernel takes host addresses): a device that ignores a mask then cannot write past a
         # written array into the Python heap (PoCL did, docs/backends.md).
-        in_place_all = zero_copy_everything() or kernel.attrs.get("raw_pointers") is not None
+        in_place_all = zero_copy_everything() or kernel.raw_pointers is not None
         for i, (param, arg) in enumerate(zip(kernel.params, args)):
             if arg.kind == "array":
                 if arg.origin:  # a view with negative strides: its pointer is inside its span

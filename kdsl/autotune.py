@@ -430,7 +430,7 @@ class Autotuner:
         config's."""
         if self.reference is None:
             return {k: np.array(v) for k, v in first.items()}
-        from kdsl.passes.lower_analysis import stored_params
+        from kdsl.passes.provenance import stored_params
 
         from .compare import _outputs_of
         ck = self.fn.compile(*args, backend="interp", **kwargs, **cfg.all_kwargs())

@@ -351,7 +351,7 @@ def program_map(kernel: Any, grid: Any, args: Sequence, kwargs: dict,
     element i (-1: none) and `masked[i]` the last program whose store addressed i with a false
     mask.  Runs the kernel once on the interpreter, on copies of `args`."""
     from kdsl.ir import interp
-    from kdsl.passes.lower_analysis import stored_params
+    from kdsl.passes.provenance import stored_params
 
     grid3 = (_grid_tuple(kernel, grid, args, kwargs) + (1, 1, 1))[:3]
     args = tuple(_copy(a) for a in args)
@@ -536,7 +536,7 @@ def compare(fn: Any, args: Sequence, backends: Sequence[str] | None = None,
 
     out_names: list[str] = []
     if jit:
-        from kdsl.passes.lower_analysis import stored_params
+        from kdsl.passes.provenance import stored_params
         ck = fn.compile(*args, backend="interp", num_warps=num_warps, **kwargs)
         rt = ck.kernel.runtime_params
         out_names = [rt[i].name for i in sorted(stored_params(ck.kernel))]

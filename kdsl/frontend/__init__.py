@@ -13,6 +13,7 @@ from ..language.type_objects import const
 from ..passes.provenance import pointer_roots
 from .builder import Builder
 from .codegen import CodeGenerator, normalize
+from .elementwise import inline_elementwise
 from .source import get_source
 
 __all__ = ["build_function"]
@@ -52,7 +53,8 @@ def build_function(pyfn: Any, arg_types: dict[str, TileType],
     if extra:
         raise CompilationError(f"{name} has no parameter(s) {sorted(extra)}", loc, name)
     ptrs = [p.value for p in params if not p.is_constexpr and p.type.is_ptr]
-    gen = CodeGenerator(src, Builder(body, loc), scope, pyfn, name, ptr_sources=ptrs)
+    gen = CodeGenerator(src, Builder(body, loc), scope, pyfn, name, ptr_sources=ptrs,
+                        map_inline=inline_elementwise)
     gen.visit_stmts(src.fn_def.body, tail=True)
     fn = tile.Function(name, params, body, loc=loc, src_file=src.file)
     tile.verify(fn)

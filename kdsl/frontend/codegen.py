@@ -14,7 +14,7 @@ import ast
 import builtins
 import inspect
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
@@ -73,12 +73,20 @@ def normalize(obj: Any) -> Any:
     return obj
 
 
+#: (generator, scalar function, argument tiles, map shape) -> the call's value
+MapInline = Callable[["CodeGenerator", Any, list[Any], tuple[int, ...]], Any]
+
+
 class CodeGenerator(ControlFlow, ast.NodeVisitor):
     """Visits one function body (the kernel, or an inlined helper) into the builder's block."""
 
     def __init__(self, src: Source, builder: Builder, scope: dict[str, Any], pyfn: Any,
-                 kernel: str, depth: int = 0, ptr_sources: list[Value] | None = None):
+                 kernel: str, depth: int = 0, ptr_sources: list[Value] | None = None,
+                 map_inline: MapInline | None = None):
         self.src, self.b, self.scope, self.kernel, self.depth = src, builder, scope, kernel, depth
+        # how `kd.map_elementwise` inlines its scalar function (elementwise.py), given by the
+        # frontend's entry point so that this module does not depend on its own subclass
+        self.map_inline = map_inline
         # pointer parameters of the kernel (stand-ins on paths where a pointer is never read)
         self.ptr_sources: list[Value] = ptr_sources or []
         self.globals = pyfn.__globals__
@@ -461,11 +469,9 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
             raise semantic.error(f"{builtin}: {param} must be a @kd.jit function, got {what}")
 
         def call(*xs: Any, map_shape: tuple[int, ...] | None = None) -> Any:
-            if map_shape is None:
+            if map_shape is None or self.map_inline is None:
                 return self.call(f, list(xs), {})
-            from .elementwise import inline_elementwise  # kd.map_elementwise's scalar_fn
-
-            return inline_elementwise(self, f, list(xs), map_shape)
+            return self.map_inline(self, f, list(xs), map_shape)  # map_elementwise's scalar_fn
 
         return call
 
@@ -490,7 +496,7 @@ class CodeGenerator(ControlFlow, ast.NodeVisitor):
     def helper_generator(self, src: Source, scope: dict[str, Any], pyfn: Any) -> CodeGenerator:
         """The visitor of an inlined helper's body (of the same kind as this one)."""
         return CodeGenerator(src, self.b, scope, pyfn, self.kernel, self.depth + 1,
-                             self.ptr_sources)
+                             self.ptr_sources, self.map_inline)
 
 
 def tile_method(name: str) -> Any:

@@ -57,7 +57,7 @@ def inline_elementwise(gen: CodeGenerator, f: Any, args: list[Any],
 
     def make(src: Any, scope: dict[str, Any], fn: Any) -> ElementwiseGenerator:
         return ElementwiseGenerator(src, gen.b, scope, fn, gen.kernel, gen.depth + 1,
-                                    gen.ptr_sources, map_shape=shape)
+                                    gen.ptr_sources, gen.map_inline, map_shape=shape)
 
     return gen.inline(pyfn, args, {}, make)
 
@@ -71,7 +71,7 @@ class ElementwiseGenerator(CodeGenerator):
 
     def helper_generator(self, src: Any, scope: dict[str, Any], pyfn: Any) -> CodeGenerator:
         return ElementwiseGenerator(src, self.b, scope, pyfn, self.kernel, self.depth + 1,
-                                    self.ptr_sources, map_shape=self.map_shape)
+                                    self.ptr_sources, self.map_inline, map_shape=self.map_shape)
 
     # ------------------------------------------------------------------------ conditions
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .float_bits import round_bf16
+from .storage import from_storage, to_storage  # float16 as float16, bfloat16 as uint16 bits
 from .types import DType, bfloat16, float16
 
 # Pointee types each op accepts (Triton 3.6's rules, kdsl/language/semantic.py enforces them).
@@ -42,8 +44,6 @@ CAS_DTYPES = ("int16", "uint16", "float16", "bfloat16", *_INT, "float32", "float
 
 def bits(x: np.ndarray, elem: DType) -> np.ndarray:
     """Bit patterns (unsigned integers of elem's width) of register values of `elem`."""
-    from .interp import to_storage  # storage: float16 as float16, bfloat16 as uint16 bits
-
     x = np.asarray(x)
     stored = np.ascontiguousarray(to_storage(x, elem)).reshape(x.shape)
     return stored.view(np.dtype(f"u{elem.itemsize}"))
@@ -51,8 +51,6 @@ def bits(x: np.ndarray, elem: DType) -> np.ndarray:
 
 def from_bits(b: np.ndarray, elem: DType) -> np.ndarray:
     """Register values of `elem` from bit patterns (the inverse of `bits`)."""
-    from .interp import from_storage
-
     b = np.ascontiguousarray(b, dtype=np.dtype(f"u{elem.itemsize}"))
     return from_storage(b.view(np.uint16 if elem == bfloat16 else elem.np), elem)
 
@@ -61,7 +59,6 @@ def _round(x: np.ndarray, elem: DType) -> np.ndarray:
     if elem == float16:
         return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
     if elem == bfloat16:
-        from .interp import round_bf16
         return round_bf16(x)
     return np.asarray(x).astype(elem.np)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .atomics import bits
 from .types import DType
 
 
@@ -74,7 +75,6 @@ def line_format(prefix: str, operand: int, noperands: int, shape: Sequence[int],
 def python_value(v: Any, elem: DType, hex: bool) -> int | float:
     """The number a printed register value of `elem` formats as."""
     if hex:
-        from .atomics import bits
         return int(bits(np.asarray(v, dtype=np.asarray(v).dtype), elem))
     return float(v) if elem.is_float else int(v)
 

@@ -2,7 +2,7 @@
 
 A value of an 8-bit float type is stored as one byte (its *code*) and held in float32 in
 registers, like float16/bfloat16 (`types.compute_dtype`).  This module is the definition of the
-conversions that the interpreter runs and that the lowering (`kdsl/passes/lower_fp8.py`)
+conversions that the interpreter runs and that the lowering (`kdsl/lowering/fp8.py`)
 reproduces bit for bit as Loop IR integer arithmetic:
 
   decode   code -> float32, exact (loads).
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .float_bits import f64_to_f32_odd  # one definition of round-to-odd
 from .types import DType, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16
 
 QUIET_NAN_BITS = 0x7FC00000  # float32 register value of every decoded NaN
@@ -118,11 +119,9 @@ def _f32(x: np.ndarray) -> np.ndarray:
     """float32 input of the conversions: float64 is first rounded to odd (so that the second
     rounding, to 8 bits, is correct), integers convert exactly enough (beyond 2^24 every format
     saturates anyway)."""
-    from .interp import _f64_to_f32_odd  # one definition of round-to-odd
-
     x = np.asarray(x)
     if x.dtype == np.float64:
-        return _f64_to_f32_odd(x)
+        return f64_to_f32_odd(x)
     return x.astype(np.float32)
 
 

@@ -25,7 +25,9 @@ import numpy as np
 
 from ..errors import OutOfBoundsError
 from . import atomics, fp8, mathops, rawmem, tile
-from .types import DType, PointerType, bfloat16, compute_dtype, float16, float64
+from .float_bits import bf16_bits, bf16_from_bits, f64_to_f32_odd, round_bf16, round_f16
+from .storage import compute_np, from_storage, to_storage
+from .types import DType, PointerType, bfloat16, float16, float64
 
 # ------------------------------------------------------------------------------ value model
 
@@ -43,52 +45,10 @@ class Ptr:
     off: np.ndarray
 
 
-def _cnp(elem: DType) -> np.dtype:
-    """NumPy dtype holding values of `elem` while computing (float32 for float16/bfloat16)."""
-    return compute_dtype(elem).np
-
-
-def round_f16(x: np.ndarray) -> np.ndarray:
-    """Round to float16 (nearest even) and hold the result in float32."""
-    return np.asarray(x).astype(np.float16).astype(np.float32)
-
-
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 (or float64) values -> bfloat16 bit patterns (uint16), nearest even, NaN kept NaN."""
-    x = np.asarray(x)
-    if x.dtype == np.float64:
-        x = _f64_to_f32_odd(x)
-    # np.ascontiguousarray turns a 0-d array into shape (1,): keep the caller's shape
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).reshape(x.shape)
-    # Adding 0x7FFF plus the lowest kept bit rounds to nearest with ties to even; a carry into
-    # the exponent correctly produces the next binade or infinity.
-    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
-    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    quiet = (u >> np.uint32(16)) | np.uint32(0x40)  # keep sign and payload, force a quiet NaN
-    return np.where(nan, quiet, rounded).astype(np.uint16)
-
-
-def bf16_from_bits(b: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns -> float32 values (exact)."""
-    return (np.asarray(b).astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def round_bf16(x: np.ndarray) -> np.ndarray:
-    """Round to bfloat16 (nearest even) and hold the result in float32."""
-    return bf16_from_bits(bf16_bits(x))
-
-
-def _f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
-    """float64 -> float32 rounding to odd, so that a second rounding to a narrower type (bf16)
-    gives the correctly rounded result (no double-rounding error)."""
-    with np.errstate(over="ignore"):
-        f = x.astype(np.float32)
-    inexact = f.astype(np.float64) != x
-    inexact &= np.isfinite(x)
-    toward_zero = np.where(np.abs(f.astype(np.float64)) > np.abs(x),
-                           np.nextafter(f, np.float32(0)), f)
-    bits = toward_zero.view(np.uint32) | np.uint32(1)
-    return np.where(inexact, bits.view(np.float32), f)
+# The 16-bit rounding rules and the storage conversions live in float_bits.py and storage.py
+# (shared with the atomics and the 8-bit float conversions); their names stay importable here.
+_cnp = compute_np
+_f64_to_f32_odd = f64_to_f32_odd
 
 
 def _round_to(x: Any, elem: DType) -> np.ndarray:
@@ -102,24 +62,6 @@ def _round_to(x: Any, elem: DType) -> np.ndarray:
         return fp8.register_value(x, elem)
     want = _cnp(elem)
     return x if x.dtype == want else x.astype(want)
-
-
-def to_storage(x: np.ndarray, elem: DType) -> np.ndarray:
-    """Register values -> memory representation (bfloat16 as uint16 bits)."""
-    if elem == bfloat16:
-        return bf16_bits(x)
-    if elem.is_fp8:
-        return fp8.encode(x, elem)
-    return np.asarray(x).astype(elem.np)
-
-
-def from_storage(x: np.ndarray, elem: DType) -> np.ndarray:
-    """Memory representation -> register values (16-bit floats widen to float32)."""
-    if elem == bfloat16:
-        return bf16_from_bits(x)
-    if elem.is_fp8:
-        return fp8.decode(x, elem)
-    return np.asarray(x).astype(_cnp(elem))
 
 
 def wrap_int(v: int, elem: DType) -> np.ndarray:
@@ -761,7 +703,7 @@ class _Machine:
                         f"multiple of the element size {size}")
             text = f": {op.loc.text.strip()}" if op.loc.text else ""
             # Always checked here; a checked launch reports it as the public OutOfBoundsError.
-            exc = OutOfBoundsError if self.fn.attrs.get("check") else IndexError
+            exc = OutOfBoundsError if self.fn.options.check else IndexError
             raise exc(f"{op.kind} out of bounds at {op.loc}{text}: {what}")
         return idx, sel
 

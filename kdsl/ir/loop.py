@@ -2,7 +2,7 @@
 
 A program instance (one `program_id`) runs on `Kernel.threads` threads (1 on the CPU: tile
 dimensions become loops; `num_warps * warp_size` on OpenCL/CUDA: a work-group / thread block).
-The lowering (`kdsl/passes/lower_tiles.py`) spreads the elements of a tile over the threads:
+The lowering (`kdsl/lowering/lowerer.py`) spreads the elements of a tile over the threads:
 flat element `e` (row-major) of a tile lives in thread `e % threads`, register slot
 `e // threads`.  Data that crosses threads goes through `shared` arrays between `Barrier`s.
 
@@ -32,7 +32,7 @@ and `Round(x, "float16" | "bfloat16")` rounds a float32 to the nearest represent
 `Store`/`AtomicRMW` of a float32 through a `ptr<float16>` converts (exactly, the value having
 been rounded already).  8-bit floats (`float8e4nv`, ...) are float32 in registers as well,
 but memory holds their codes: a `Load` through a `ptr<float8...>` gives the code as a uint8 and
-a `Store` takes one; the lowering converts (kdsl/passes/lower_fp8.py).  Pointers convert to and
+a `Store` takes one; the lowering converts (kdsl/lowering/fp8.py).  Pointers convert to and
 from 64-bit integers with `Cast` (the address) and to other pointers with `Bitcast`.  Integer
 ops wrap in their type (int8 + int8 is int8).
 
@@ -55,16 +55,20 @@ Special kinds: "tid" (thread index in the program, 0 on the CPU), "pid" and "npr
 
 `Intrinsic` is a named operation with scalar arguments that assigns its result variables: how
 a target computes something the IR has no node for (a warp's tensor-core `mma`).  Names are
-defined by the passes that emit them (kdsl/passes/lower_dot_mma.py); a backend spells them
-from its dialect table and the simulator (kdsl/ir/loop_interp.py `INTRINSICS`) runs them.  A
+defined by the passes that emit them (kdsl/lowering/dot_mma.py); a backend spells them
+from its dialect table, and the lowering records in `Kernel.intrinsics` how the simulator
+(kdsl/ir/loop_interp.py) runs each one the kernel uses (an `IntrinsicSim`).  A
 `warp` intrinsic is collective: all lanes of a warp execute it together (like a barrier of
 the warp), so it is only emitted for targets whose caps promise it, under warp-uniform control.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kdsl.compile_options import CompileOptions
 
 from .tile import Loc
 from .types import DType, PointerType, float32, int1, int32, int64, uint8
@@ -364,7 +368,7 @@ class Intrinsic(Stmt):
 @dataclass(eq=False)
 class VecLoad(Stmt):
     """`dst[0:n] = ptr[0:n]` (n = `dst.size`, a register array) as ONE access of n consecutive
-    elements.  The emitter of the access (kdsl/passes/lower_vector.py) proves that `ptr` is
+    elements.  The emitter of the access (kdsl/lowering/vector.py) proves that `ptr` is
     aligned to n * itemsize bytes.  With a mask (uniform over the n elements), memory is not
     touched and `dst` is left unchanged where it is false."""
 
@@ -385,6 +389,15 @@ class VecStore(Stmt):
     loc: Loc | None = None
 
 
+@dataclass(frozen=True)
+class IntrinsicSim:
+    """How the simulator runs an `Intrinsic`.  Per thread: `fn(args) -> results`.  With
+    `warp=True`: `fn([args of lane 0, ...]) -> [results of lane 0, ...]` for a whole warp."""
+
+    fn: Callable
+    warp: bool = False
+
+
 @dataclass
 class KParam:
     name: str
@@ -394,7 +407,18 @@ class KParam:
 @dataclass
 class Kernel:
     """A lowered kernel.  `params` are the runtime parameters in call order; `variables` and
-    `arrays` are declared at function scope; `threads` is the number of threads per program."""
+    `arrays` are declared at function scope; `threads` is the number of threads per program.
+
+    What the lowering found, for the runtime and the backends:
+    options        the compile's options (fast math, maxnreg, ...: kdsl/compile_options.py)
+    stored_params  indices of the parameters stored through (device backends copy only those
+                   back); None: unknown, every pointer parameter
+    shared_bytes   shared memory the arrays declare
+    raw_pointers   where the kernel first makes a pointer from an integer (None: never)
+    warp_size      threads of a warp (lanes of a warp intrinsic)
+    intrinsics     how the simulator runs each `Intrinsic` name the body uses
+    attrs          records of passes for the runtime (checked mode's "checks" table)
+    """
 
     name: str
     params: list[KParam]
@@ -403,6 +427,19 @@ class Kernel:
     arrays: list[Array] = field(default_factory=list)
     threads: int = 1
     attrs: dict[str, Any] = field(default_factory=dict)
+    options: CompileOptions = field(default_factory=CompileOptions)
+    stored_params: frozenset[int] | None = None
+    shared_bytes: int = 0
+    raw_pointers: Loc | None = None
+    warp_size: int = 32
+    intrinsics: dict[str, IntrinsicSim] = field(default_factory=dict)
+
+    def stored_indices(self) -> tuple[int, ...]:
+        """The indices of the parameters stored through, in order (every pointer parameter
+        when the lowering did not say)."""
+        if self.stored_params is None:
+            return tuple(i for i, p in enumerate(self.params) if isinstance(p.dtype, PointerType))
+        return tuple(sorted(self.stored_params))
 
 
 # ----------------------------------------------------------------------------------- printer

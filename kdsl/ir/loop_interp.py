@@ -4,7 +4,7 @@
 `kernel.threads` threads of a program run as Python generators that yield at each `Barrier`; they
 advance in lock-step from barrier to barrier (a thread that finishes while another waits at a
 barrier is an error: barriers must be reached uniformly).  An `Intrinsic` runs through
-`INTRINSICS` (registered by the pass that emits it); a warp intrinsic is a rendezvous of the
+the kernel's `intrinsics` (recorded by the lowering that emits it); a warp intrinsic is a rendezvous of the
 32 lanes of a warp, which must all reach the same statement.  Register arrays and variables are
 per thread, shared arrays per program; array arguments are NumPy arrays updated in place.
 
@@ -29,8 +29,8 @@ are not shared accesses (the rendezvous of their lanes is no barrier: it ends no
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
@@ -39,13 +39,21 @@ import numpy as np
 from . import atomics
 from . import loop as L
 from . import mathops, rawmem
+from .loop_verify import verify
 from .types import DType, PointerType, bfloat16, float16, uint8
 
 RAW = -1  # argument index of a pointer made from an integer: its offset is an address
 
 
+_NP_TYPES: dict[str, type] = {}  # dtype name -> NumPy scalar type of its register values
+
+
 def _np(t: DType) -> type:
-    return np.float32 if t in (float16, bfloat16) or t.is_fp8 else t.np.type
+    nt = _NP_TYPES.get(t.name)
+    if nt is None:
+        nt = _NP_TYPES[t.name] = (np.float32 if t in (float16, bfloat16) or t.is_fp8
+                                  else t.np.type)
+    return nt
 
 
 def _mem_np(t: DType) -> np.dtype:
@@ -56,8 +64,11 @@ def _mem_np(t: DType) -> np.dtype:
 def _typed(v: Any, t) -> Any:
     if isinstance(t, PointerType):
         return v
+    nt = _np(t)
+    if type(v) is nt:  # already a value of the type (most results of typed operands)
+        return v
     with np.errstate(all="ignore"):
-        return np.array(v).astype(_np(t))[()]
+        return np.array(v).astype(nt)[()]
 
 
 def round_bf16(x: float) -> np.float32:
@@ -224,6 +235,8 @@ class _Program:
         self.buffers = buffers
         self.params = params
         self.shared = {a.name: _new_array(a) for a in kernel.arrays if a.space == "shared"}
+        self.consts: dict[int, Any] = {}  # id of a Const -> its value
+        self.types: dict[int, tuple] = {}  # id of a Binary -> (operand type, result type)
 
     # ---------------------------------------------------------------------- expressions
 
@@ -343,7 +356,7 @@ class _Program:
                             self.store((ptr[0], ptr[1] + j * step), pointee,
                                        _typed(arr[j], a.dtype))
                 case L.Intrinsic(name=n, args=a, results=r):
-                    sim = INTRINSICS[n]
+                    sim = self.intrinsic(n)
                     vals = [self.ev(x, th) for x in a]
                     # A warp intrinsic waits for its warp's other lanes (see `execute`).
                     outs = (yield (s, vals)) if sim.warp else sim.fn(vals)
@@ -351,6 +364,13 @@ class _Program:
                         th.vars[v.name] = _typed(x, v.dtype)
                 case _:
                     raise TypeError(f"unknown statement {s!r}")
+
+    def intrinsic(self, name: str) -> L.IntrinsicSim:
+        sim = self.kernel.intrinsics.get(name)
+        if sim is None:
+            raise RuntimeError(f"intrinsic {name}: the kernel records no simulation of it "
+                               "(`Kernel.intrinsics`)")
+        return sim
 
     def execute(self) -> None:
         """Run the threads from one synchronisation point to the next: a `Barrier` releases
@@ -364,7 +384,7 @@ class _Program:
             th.regs = {a.name: _new_array(a) for a in k.arrays if a.space == "reg"}
             threads.append(self.run(k.body, th))
         n = len(threads)
-        width = min(n, int(k.attrs.get("warp_size", WARP_SIZE)))
+        width = min(n, k.warp_size)
         state: list[Any] = ["run"] * n   # "run" | "done" | None (barrier) | (stmt, args)
         reply: list[Any] = [None] * n
         barriers = 0
@@ -381,7 +401,7 @@ class _Program:
                 lanes = state[w:w + width]
                 if all(isinstance(x, tuple) and x[0] is lanes[0][0] for x in lanes):
                     stmt = lanes[0][0]
-                    outs = INTRINSICS[stmt.name].fn([x[1] for x in lanes])
+                    outs = self.intrinsic(stmt.name).fn([x[1] for x in lanes])
                     for i, out in enumerate(outs, w):
                         state[i], reply[i] = "run", out
                     progressed = True
@@ -402,18 +422,7 @@ class _Program:
                                f"lane of its warp (after barrier {barriers})")
 
 
-@dataclass(frozen=True)
-class IntrinsicSim:
-    """How the simulator runs an `Intrinsic`.  Per thread: `fn(args) -> results`.  With
-    `warp=True`: `fn([args of lane 0, ...]) -> [results of lane 0, ...]` for a whole warp."""
-
-    fn: Callable
-    warp: bool = False
-
-
-# Intrinsic name -> simulation; the passes that emit an intrinsic register it here.
-INTRINSICS: dict[str, IntrinsicSim] = {}
-WARP_SIZE = 32
+IntrinsicSim = L.IntrinsicSim  # (defined with the IR: the lowering records one per name)
 
 
 def _new_array(a: L.Array) -> np.ndarray:
@@ -422,24 +431,52 @@ def _new_array(a: L.Array) -> np.ndarray:
     return np.zeros(a.size, dtype=_np(a.dtype))
 
 
+# (floating-point errors are ignored for the whole run: `run_kernel`'s errstate)
 def _ev_binary(p, e, th):
     a, b = p.ev(e.a, th), p.ev(e.b, th)
-    with np.errstate(all="ignore"):
-        r = _BINARY[e.op](a, b, e.a.dtype)
-    return _typed(r, e.dtype)
+    ts = p.types.get(id(e))
+    if ts is None:  # (a Binary's type is its first operand's: found once, not per element)
+        ts = p.types[id(e)] = (e.a.dtype, e.dtype)
+    return _typed(_BINARY[e.op](a, b, ts[0]), ts[1])
 
 
 def _ev_unary(p, e, th):
-    with np.errstate(all="ignore"):
-        return _typed(_UNARY[e.op](p.ev(e.x, th)), e.dtype)
+    return _typed(_UNARY[e.op](p.ev(e.x, th)), e.dtype)
 
 
 def _ev_fma(p, e, th):
     a, b, c = (p.ev(x, th) for x in (e.a, e.b, e.c))
-    with np.errstate(all="ignore"):
-        if e.dtype.is_float:
-            return _typed(mathops.fma(a, b, c)[()], e.dtype)
-        return _typed(a * b + c, e.dtype)
+    if e.dtype.name == "float32":
+        return fma_f32(a, b, c)
+    if e.dtype.is_float:
+        return _typed(mathops.fma(a, b, c)[()], e.dtype)
+    return _typed(a * b + c, e.dtype)
+
+
+_PACK_D, _PACK_Q = struct.Struct("<d"), struct.Struct("<Q")
+
+
+def fma_f32(a, b, c) -> np.float32:
+    """`mathops.fma` of three float32 scalars, in Python floats (the simulator's hot path; the
+    same steps: an exact float64 product, TwoSum, and rounding to odd when inexact)."""
+    p = float(a) * float(b)
+    c64 = float(c)
+    s = p + c64
+    if not math.isfinite(s):
+        return np.float32(s)
+    bb = s - p
+    err = (p - (s - bb)) + (c64 - bb)
+    if err == 0:
+        return np.float32(s)
+    t = math.nextafter(s, 0.0) if (err < 0) != (s < 0) else s
+    return np.float32(_PACK_D.unpack(_PACK_Q.pack(_PACK_Q.unpack(_PACK_D.pack(t))[0] | 1))[0])
+
+
+def _ev_const(p, e, th):
+    v = p.consts.get(id(e))
+    if v is None:
+        v = p.consts[id(e)] = _typed(e.value, e.dtype)
+    return v
 
 
 def _ev_round(p, e, th):
@@ -486,7 +523,7 @@ def _ev_bitcast(p, e, th):
 
 
 _EVAL: dict[type, Callable] = {
-    L.Const: lambda p, e, th: _typed(e.value, e.dtype),
+    L.Const: _ev_const,
     L.Var: lambda p, e, th: th.vars[e.name],
     L.Special: _ev_special,
     L.Index: _ev_index,
@@ -506,6 +543,7 @@ _EVAL: dict[type, Callable] = {
 def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list, races: bool = True) -> None:
     """Run `kernel` on `grid` (1 to 3 ints); array arguments are updated in place.  With
     `races`, a shared-memory race between threads of a program raises `SharedMemoryRace`."""
+    verify(kernel)  # a malformed kernel is an error naming its node, not a wrong result
     grid = tuple(grid) + (1,) * (3 - len(grid))
     buffers: list[np.ndarray] = []
     params: dict[str, Any] = {}
@@ -518,8 +556,9 @@ def run_kernel(kernel: L.Kernel, grid: tuple[int, ...], args: list, races: bool 
             params[p.name] = (len(buffers) - 1, 0)
         else:
             params[p.name] = _typed(a, p.dtype)
-    for pid in product(*(range(n) for n in reversed(grid))):
-        _Program(kernel, tuple(reversed(pid)), grid, buffers, params, races).execute()
+    with np.errstate(all="ignore"):  # IEEE results (inf, NaN), as every backend gives
+        for pid in product(*(range(n) for n in reversed(grid))):
+            _Program(kernel, tuple(reversed(pid)), grid, buffers, params, races).execute()
 
 
-__all__ = ["INTRINSICS", "IntrinsicSim", "SharedMemoryRace", "round_bf16", "run_kernel"]
+__all__ = ["IntrinsicSim", "SharedMemoryRace", "round_bf16", "run_kernel"]

@@ -88,6 +88,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from ..compile_options import CompileOptions
 from .types import DType, PointerType, TileType, int1, int32
 
 
@@ -259,7 +260,8 @@ class Function:
     body: Block
     loc: Loc = UNKNOWN_LOC
     src_file: str = "<unknown>"
-    attrs: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)  # records of passes ("checks")
+    options: CompileOptions = field(default_factory=CompileOptions)  # of the compile
 
     @property
     def runtime_params(self) -> list[Param]:

@@ -37,6 +37,7 @@ class KdFunction:
                 f"kd.{self.fn.__name__} can only be called inside a @kd.jit kernel")
         # The frontend imports the language: import it at the first call, not at load time.
         from ..frontend.codegen import CodeGenerator, normalize
+        from ..frontend.elementwise import inline_elementwise
         from ..frontend.source import get_source
 
         bound = inspect.signature(self.fn).bind(*args, **kwargs)
@@ -44,7 +45,8 @@ class KdFunction:
         scope = {k: normalize(v) for k, v in bound.arguments.items()}
         src = _AtCall(get_source(self.fn).fn_def, _builder.loc)
         # depth 1: compiled as a helper (it returns values), not as a kernel
-        gen = CodeGenerator(src, _builder, scope, self.fn, self.fn.__name__, 1)
+        gen = CodeGenerator(src, _builder, scope, self.fn, self.fn.__name__, 1,
+                            map_inline=inline_elementwise)
         try:
             gen.visit_stmts(src.fn_def.body, tail=True)
         except CompilationError as e:

@@ -1,6 +1,6 @@
 """Checked mode: the Tile IR pass that bounds-checks every memory access and verifies hints.
 
-`insert_checks(fn)` runs first in the tile pipeline when `fn.attrs["check"]` is set (a launch
+`insert_checks(fn)` runs first in the tile pipeline when `fn.options.check` is set (a launch
 with `check=True` or `KDSL_CHECK=1`); an unchecked specialisation never sees it and pays nothing.
 It appends hidden runtime parameters after the user's ones:
 
@@ -25,7 +25,7 @@ The first violating lane (row-major) of the first program to claim the flag is r
 promise is a site of kind "multiple_of"/"max_contiguous"); the record's value is the offending
 value (multiple_of) or the flat index of the first non-contiguous run (max_contiguous).
 
-Debug mode (`fn.attrs["debug"]`) reuses the record for `assert` ops (`kd.device_assert`, `assert`
+Debug mode (`fn.options.debug`) reuses the record for `assert` ops (`kd.device_assert`, `assert`
 on a runtime value): each becomes `if any(!cond)` -> record (site of kind "assert", value = flat
 index of the first failing lane), and the runtime raises `kd.DeviceAssertionError`.  Without
 debug the pass deletes `assert` ops (DCE then removes their conditions), so a kernel pays
@@ -351,14 +351,14 @@ def _drop_asserts(block: tile.Block) -> None:
 
 
 def insert_checks(fn: tile.Function) -> tile.Function:
-    """Add the bounds and hint checks (when `fn.attrs["check"]`) and turn `assert` ops into
-    checks (when `fn.attrs["debug"]`; deleted otherwise); records the hidden parameters and
+    """Add the bounds and hint checks (when `fn.options.check`) and turn `assert` ops into
+    checks (when `fn.options.debug`; deleted otherwise); records the hidden parameters and
     the site table in `fn.attrs["checks"]` for the runtime.  A no-op on other kernels."""
     if "checks" in fn.attrs:
         return fn
-    if not fn.attrs.get("debug"):
+    if not fn.options.debug:
         _drop_asserts(fn.body)
-    check = bool(fn.attrs.get("check"))
+    check = fn.options.check
     if not check and not has_asserts(fn):
         return fn
     c = _Checker(fn, bounds=check)

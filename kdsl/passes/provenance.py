@@ -61,3 +61,21 @@ def pointer_roots(fn: tile.Function) -> dict[int, frozenset[int]]:
                         for r, y in zip(op.results, region.terminator.operands):
                             changed |= join(r, get(y))
     return src
+
+
+def stored_params(fn: tile.Function) -> set[int]:
+    """Indices of runtime params stored to through a pointer derived from them.  A store
+    through a pointer made from an integer may write any array whose address the kernel took
+    (`ptr_to_int`): those count as stored too."""
+    roots = pointer_roots(fn)
+    stored: set[int] = set()
+    escaped: set[int] = set()
+    raw_store = False
+    for op in fn.walk():
+        if op.kind in tile.SIDE_EFFECTS:
+            r = roots.get(op.operands[0].id, frozenset())
+            stored |= r
+            raw_store |= not r
+        elif op.kind == "ptr_to_int":
+            escaped |= roots.get(op.operands[0].id, frozenset())
+    return stored | escaped if raw_store else stored

@@ -2,7 +2,8 @@
 
 Layout: `$KDSL_CACHE_DIR/<k[:2]>/<k>.kc` (entry) and `<k>.lock` (flock), where `k` is the
 sha256 of (kdsl version, the kernel's source and its helpers', the specialisation, the
-backend's name and `backend.hash()` (toolchain and device)).
+`CompileOptions` and the lowering's `Target` (their `key()` texts), the backend's name and
+`backend.hash()` (toolchain and device)).
 
 An entry is `MAGIC + sha256(payload) + payload`; the payload is a pickled dict with the
 source, the IR stages, the lowered kernel and, once built, `backend.serialize(handle)`.
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from kdsl.backends.base import Backend
+from kdsl.compile_options import CompileOptions
+from kdsl.target import Target
 
 from .cache_folder import cache_dir
 from .compiler import CompiledKernel, build_tile, finish_kernel
@@ -72,7 +75,8 @@ def compiler_fingerprint() -> str:
     return _FINGERPRINT[0]
 
 
-def make_key(version: str, sources: str, spec: Any, backend: str, backend_hash: str
+def make_key(version: str, sources: str, spec: Any, backend: str, backend_hash: str,
+             options: CompileOptions | None = None, target: Target | None = None
              ) -> str | None:
     """sha256 hex of the key parts, or None when the specialisation has no stable text (a
     constexpr whose repr is an object address would never hit again)."""
@@ -80,7 +84,10 @@ def make_key(version: str, sources: str, spec: Any, backend: str, backend_hash: 
     if " at 0x" in spec_text:
         return None
     h = hashlib.sha256()
-    for part in (version, compiler_fingerprint(), sources, spec_text, backend, backend_hash):
+    opts = options.key() if options is not None else ""
+    tgt = target.key() if target is not None else ""
+    for part in (version, compiler_fingerprint(), sources, spec_text, opts, tgt, backend,
+                 backend_hash):
         b = part.encode()
         h.update(len(b).to_bytes(8, "little"))
         h.update(b)
@@ -245,7 +252,7 @@ def _store_binary_later(key: str, ck: CompiledKernel) -> None:
 # ------------------------------------------------------------------------------ compile
 
 def cached_compile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any],
-                   backend: Backend, num_warps: int, check: bool, *, sources: str,
+                   backend: Backend, options: CompileOptions, *, sources: str,
                    spec: Any, version: str, build: bool) -> CompiledKernel:
     """`compile_kernel` through the disk cache.  `sources` is the text identifying the
     kernel's code, `spec` its specialisation; with `build` the handle is built (and stored)."""
@@ -255,10 +262,11 @@ def cached_compile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, 
     from kdsl.language import target_info
 
     with target_info.compiling(backend):  # `kd.target_info.is_cuda()` and friends
-        fn, ir = build_tile(jitfn, arg_types, constexprs, num_warps, check)
+        fn, ir = build_tile(jitfn, arg_types, constexprs, options=options)
+    target = backend.target(options.num_warps)
 
     def compile_() -> CompiledKernel:
-        return finish_kernel(fn, ir, backend, num_warps, build=build)
+        return finish_kernel(fn, ir, backend, build=build, target=target)
 
     if not enabled():
         return compile_()
@@ -267,7 +275,7 @@ def cached_compile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, 
     except Exception:  # a backend that cannot identify itself here is not cached
         return compile_()
     tile_text = f"{getattr(fn, 'src_file', '')}\n{list(ir.values())[-1]}"
-    key = make_key(version, sources + tile_text, spec, backend.name, bhash)
+    key = make_key(version, sources + tile_text, spec, backend.name, bhash, options, target)
     if key is None:
         return compile_()
 

@@ -168,15 +168,9 @@ def poison(args: list[BoundArg], stored: tuple[int, ...] | set[int]) -> None:
 
 
 def stored_indices(ck: Any) -> tuple[int, ...]:
-    """User-argument indices the compiled kernel `ck` stores to (tile-level kernels are
-    analysed here: they carry no `stored_params`)."""
-    if ck._stored:
-        return ck._stored
-    kernel = ck.kernel
-    if getattr(kernel, "runtime_params", None) is not None:
-        from kdsl.passes.lower_analysis import stored_params
-        return tuple(sorted(stored_params(kernel)))
-    return ()
+    """User-argument indices the compiled kernel `ck` stores to (what the compiled kernel
+    found: `loop.Kernel.stored_indices`, or the analysis of a tile-level kernel)."""
+    return ck._stored
 
 
 __all__ = ["bounds", "hidden_args", "poison", "poison_value", "run_checked", "stored_indices",

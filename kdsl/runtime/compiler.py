@@ -1,6 +1,6 @@
 """The compile pipeline driver and the compiled-kernel object.
 
-    build_function (frontend) -> run_tile_passes -> lower_tiles(backend.target(num_warps))
+    build_function (frontend) -> run_tile_passes -> lowering.lower(fn, backend.target(num_warps))
     -> backend.add_stages -> backend.codegen -> backend.build (lazily, on first launch)
 
 `compile_kernel` records every stage's text in `CompiledKernel.ir` ("tile", the tile passes,
@@ -13,9 +13,12 @@ depend on them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kdsl.backends.base import Backend, BoundArg
+from kdsl.compile_options import CompileOptions
+from kdsl.target import Target
 
 from .stages import Stages
 
@@ -28,21 +31,16 @@ def _resolve_backend(backend: str | Backend) -> Backend:
 
 
 def _stored_indices(kernel: Any) -> tuple[int, ...]:
-    """Indices of the runtime parameters the kernel stores through (names or indices in
-    `attrs["stored_params"]`); used to refuse read-only outputs before a launch."""
-    attrs = getattr(kernel, "attrs", None) or {}
-    stored = attrs.get("stored_params")
-    if not stored:
+    """Indices of the runtime parameters the kernel stores through; used to refuse read-only
+    outputs before a launch.  A lowered kernel says (`loop.Kernel.stored_indices`); a tile
+    function (tile-level backends) is analysed."""
+    stored = getattr(kernel, "stored_indices", None)
+    if stored is not None:
+        return stored()
+    if getattr(kernel, "runtime_params", None) is None:
         return ()
-    # a tile function lists constexprs among its params; launch arguments are runtime only
-    params = getattr(kernel, "runtime_params", None)
-    if params is None:
-        params = getattr(kernel, "params", [])
-    out = []
-    for i, p in enumerate(params):
-        if p.name in stored or i in stored:
-            out.append(i)
-    return tuple(out)
+    from kdsl.passes.provenance import stored_params
+    return tuple(sorted(stored_params(kernel)))
 
 
 class CompiledKernel:
@@ -111,55 +109,42 @@ class CompiledKernel:
 
 
 def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any],
-               num_warps: int = 4, check: bool = False) -> tuple[Any, dict[str, str]]:
+               num_warps: int = 4, check: bool = False, *,
+               options: CompileOptions | None = None) -> tuple[Any, dict[str, str]]:
     """Frontend and tile passes for one specialisation: (optimised tile function, stages).
-    Cheap (milliseconds); its final text identifies the kernel exactly for the disk cache."""
+    Cheap (milliseconds); its final text identifies the kernel exactly for the disk cache.
+    `options` (default: those of `num_warps` and `check`) travel with the function to the
+    passes, the lowering and the backends (`tile.Function.options`)."""
     from kdsl.frontend import build_function
     from kdsl.ir.tile import print_function
     from kdsl.passes import run_tile_passes
 
+    if options is None:
+        options = CompileOptions(num_warps=num_warps, check=bool(check))
     pyfn = getattr(jitfn, "fn", jitfn)
     fn = build_function(pyfn, arg_types, constexprs)
-    # Checked mode and the launch width travel with the function to the passes and lowering.
-    fn.attrs["check"] = bool(check)
-    fn.attrs["num_warps"] = num_warps
-    # Specialisation options of the launch (kdsl/runtime/jit.py `_Specialised`): parameters
-    # known to be multiples of 16 (for the vector analysis, lower_vector.py) and fast math.
-    aligned = tuple(getattr(jitfn, "multiple_of_16", ()))
-    if aligned:
-        fn.attrs["multiple_of_16"] = aligned
-    if getattr(jitfn, "fast_math", False):
-        fn.attrs["fast_math"] = True
-    # Software-pipelining depth (Triton's num_stages, for a GPU pipelining pass) and the
-    # launch options that change the code (kdsl/runtime/options.py: maxnreg).
-    fn.attrs["num_stages"] = getattr(jitfn, "num_stages", 3)
-    for name, value in (getattr(jitfn, "options", None) or {}).items():
-        fn.attrs[name] = value
-    # device assertions on or off (kdsl/passes/checks.py)
-    fn.attrs["debug"] = bool(getattr(jitfn, "debug", False))
+    fn.options = options
     ir: dict[str, str] = Stages(tile=print_function(fn))
     fn, stages = run_tile_passes(fn)
     ir.update(stages)
     return fn, ir
 
 
-def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps: int = 4,
-                  build: bool = False) -> CompiledKernel:
+def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend,
+                  num_warps: int | None = None, build: bool = False,
+                  target: Target | None = None) -> CompiledKernel:
     """Lowering (for loop-level backends), backend stages and code generation; with `build`,
-    also build the handle."""
+    also build the handle.  `target` defaults to the backend's for the options' num_warps."""
     be = _resolve_backend(backend)
+    if num_warps is not None and num_warps != fn.options.num_warps:
+        fn.options = replace(fn.options, num_warps=num_warps)
+    num_warps = fn.options.num_warps
     ir = Stages(ir)
     kernel: Any = fn
     if be.level == "loop":
         from kdsl.ir.loop import print_kernel
-        from kdsl.passes.lower_tiles import lower
-        kernel = lower(fn, be.target(num_warps))
-        if "checks" in fn.attrs:  # checked mode's site table travels with the kernel
-            kernel.attrs["checks"] = fn.attrs["checks"]
-        if fn.attrs.get("fast_math"):  # honoured by the llvm and C-source backends
-            kernel.attrs["fast_math"] = True
-        if fn.attrs.get("maxnreg"):  # the CUDA kernel's __maxnreg__
-            kernel.attrs["maxnreg"] = fn.attrs["maxnreg"]
+        from kdsl.lowering import lower
+        kernel = lower(fn, target if target is not None else be.target(num_warps))
         ir["loop"] = print_kernel(kernel)
     be.add_stages(kernel, ir)
     # a backend whose stages start from its own source (llvm) has generated it already
@@ -175,8 +160,9 @@ def finish_kernel(fn: Any, ir: dict[str, str], backend: str | Backend, num_warps
 
 def compile_kernel(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any],
                    backend: str | Backend, num_warps: int = 4, check: bool = False,
-                   build: bool = False) -> CompiledKernel:
+                   build: bool = False, options: CompileOptions | None = None
+                   ) -> CompiledKernel:
     """Run the pipeline for one specialisation.  `arg_types`: runtime parameter name ->
     TileType; `constexprs`: constexpr name -> value.  With `build`, also build the handle."""
-    fn, ir = build_tile(jitfn, arg_types, constexprs, num_warps, check)
-    return finish_kernel(fn, ir, backend, num_warps, build)
+    fn, ir = build_tile(jitfn, arg_types, constexprs, num_warps, check, options=options)
+    return finish_kernel(fn, ir, backend, build=build)

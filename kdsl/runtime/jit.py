@@ -24,11 +24,13 @@ outside int32, a checked or poisoned launch) misses and runs the full binder, wh
 the precise errors; a successful full launch then records the fast entry.
 
 `debug` (`@kd.jit(debug=True)`, the launch option `debug=True`, or `KDSL_DEBUG=1`, as Triton's
-TRITON_DEBUG) turns `kd.device_assert` on (`fn.attrs["debug"]`, docs/debugging.md); it is part
+TRITON_DEBUG) turns `kd.device_assert` on (`CompileOptions.debug`, docs/debugging.md); it is part
 of the key too, and a kernel compiled without it has no trace of its assertions.
 
 `fast_math` (default off: IEEE semantics) lets the backends reassociate and contract float
-math (`kernel.attrs["fast_math"]`); it is part of the key, so both variants can coexist.
+math (`CompileOptions.fast_math`); it is part of the key, so both variants can coexist.
+A miss turns the key's options into one `CompileOptions` (kdsl/compile_options.py), which the
+whole compile sees.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from kdsl.compile_options import CompileOptions
 from kdsl.ir import types as T
 
 from .binding import Signature, bind_annotated, bind_arg, multiple_of_16, normalize_grid, sig_type
@@ -527,36 +530,16 @@ class JITFunction:
 
         if not self._cache:  # (the user cleared the cache: forget what the old ones read)
             self._globals.clear()
+        options = CompileOptions(num_warps=num_warps, num_stages=num_stages, check=bool(check),
+                                 debug=bool(debug), fast_math=bool(fast), multiple_of_16=aligned,
+                                 **dict(opts))  # the code-changing launch options (maxnreg)
         with recording() as read:
-            ck = cached_compile(_Specialised(self, aligned, fast, num_stages, opts, debug),
-                                arg_types, constexprs, be, num_warps, check,
+            ck = cached_compile(self, arg_types, constexprs, be, options,
                                 sources=self.identity(), spec=spec, version=__version__,
                                 build=build)
         self._globals.update(read)
         self._cache[key] = ck
         return ck
-
-
-class _Specialised:
-    """The kernel as one compile sees it: `fn` plus the specialisation options that
-    `compiler.build_tile` reads (`multiple_of_16` names, `fast_math`, `num_stages`, the
-    code-changing launch `options` and `debug`)."""
-
-    __slots__ = ("debug", "fast_math", "fn", "jit", "multiple_of_16", "num_stages", "options")
-
-    def __init__(self, jit: JITFunction, multiple_of_16: tuple[str, ...], fast_math: bool,
-                 num_stages: int = DEFAULT_NUM_STAGES, options: tuple = (),
-                 debug: bool = False):
-        self.jit = jit
-        self.fn = jit.fn
-        self.multiple_of_16 = multiple_of_16
-        self.fast_math = fast_math
-        self.num_stages = num_stages
-        self.options = dict(options)
-        self.debug = debug
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.jit, name)
 
 
 class _Launcher:

@@ -5,8 +5,8 @@ Every option Triton's CUDA and HIP backends accept at launch is accepted, so tha
 launch (or a `triton.Config`'s options) runs unchanged.  An option is one of:
 
   "key"      changes the compiled code: part of the specialisation key, and handed to the
-             compiler (`num_stages` -> `fn.attrs["num_stages"]`, `maxnreg` -> the CUDA kernel's
-             `__maxnreg__`);
+             compiler as the `CompileOptions` field of the same name (`num_stages`, `maxnreg`
+             -> the CUDA kernel's `__maxnreg__`; kdsl/compile_options.py);
   "ignored"  accepted and checked for a sensible type, with no effect (kdsl has no such
              mechanism, or it is always on/off; docs/language.md "Launching" says which).
 

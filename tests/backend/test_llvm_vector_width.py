@@ -13,7 +13,7 @@ import pytest
 from kdsl.backends import llvm_host
 
 import kdsl as kd
-from kdsl.passes.lower_dot_cpu import BLOCKS, blocks
+from kdsl.lowering.dot_cpu import BLOCKS, blocks
 
 X86 = "x86_64-unknown-linux-gnu"
 AVX2 = "+64bit,+sse2,+sse4.2,+avx,+avx2,+fma,+f16c,-avx512f,-avx512bw,-avx512vl"

@@ -137,7 +137,7 @@ def test_int_c_semantics(dtype):
         a[5], b[5] = info.min, -1  # MIN / -1 wraps
         b[6:20] = RNG.integers(-9, 9, 14)
     kernel = samples.int_ops(from_numpy(dt), 32)
-    outs = {name: np.zeros(n, dt) for name in kernel.attrs["stored_params"]}
+    outs = {kernel.params[i].name: np.zeros(n, dt) for i in kernel.stored_indices()}
     run(kernel, math.ceil(n / 64), a=a, b=b, n=n, **outs)
     for name, got in outs.items():
         op = name[len("out_"):]
@@ -231,7 +231,7 @@ def test_pyopencl_arrays_are_used_in_place():
 
 # A runtime `if` holding a reduction (barriers) followed by stores: PoCL 3.1 once compiled this
 # shape so that every work-item stored regardless of its mask, past the end of the output
-# (kdsl/passes/hoist_barriers.py now keeps barriers out of conditionals).
+# (kdsl/lowering/hoist_barriers.py now keeps barriers out of conditionals).
 
 @kd.jit
 def _if_reduce_then_store(x_ptr, out_ptr, sf, n, BLOCK: kd.constexpr):

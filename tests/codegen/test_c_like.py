@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pytest
 
+from kdsl.compile_options import CompileOptions
 from kdsl.backends.c_like import emit, format_const, kernel_name
 from kdsl.backends.cuda import cuda_dialect
 from kdsl.backends.opencl import opencl_dialect
@@ -83,7 +84,8 @@ def _elementwise(name: str, threads: int, params: list[loop.KParam], per_elem, r
             *per_elem(offs, m),
         ]
     return loop.Kernel(name, params + [loop.KParam("n", int32)], body, [offs, m],
-                       threads=threads, attrs={"stored_params": list(stored)})
+                       threads=threads,
+                       stored_params=frozenset(i for i, p in enumerate(params) if p.name in stored))
 
 
 def vector_add(threads: int) -> loop.Kernel:
@@ -159,8 +161,7 @@ def block_sum(threads: int) -> loop.Kernel:
     ]
     return loop.Kernel("block_sum", [loop.KParam("x", F32P), loop.KParam("out", F32P),
                                      loop.KParam("n", int32)],
-                       body, [acc, k, s], [buf], threads=threads,
-                       attrs={"stored_params": ["out"]})
+                       body, [acc, k, s], [buf], threads=threads, stored_params=frozenset({1}))
 
 
 def half_kernel(threads: int) -> loop.Kernel:
@@ -385,16 +386,15 @@ def test_reserved_names_are_renamed():
 def test_fast_math_is_opt_in():
     k = unary("exp", 32)
     assert "-cl-fast-relaxed-math" not in emit(k, DIALECTS["opencl"])
-    k.attrs["fast_math"] = True
+    k.options = CompileOptions(fast_math=True)
     assert "-cl-fast-relaxed-math" in emit(k, DIALECTS["opencl"])
     assert "--use_fast_math" in emit(k, DIALECTS["cuda"])
 
 
-def test_noalias_adds_restrict():
-    k = vector_add(32)
-    k.attrs["noalias"] = True
-    assert "__global float* restrict x" in emit(k, DIALECTS["opencl"])
-    assert "float* __restrict__ x" in emit(k, DIALECTS["cuda"])
+def test_pointers_are_never_restrict():
+    k = vector_add(32)  # user arrays may alias (in and out the same array)
+    assert "__global float* x" in emit(k, DIALECTS["opencl"])
+    assert "restrict" not in emit(k, DIALECTS["cuda"])
 
 
 def test_variables_keep_loop_ir_names():
@@ -403,12 +403,12 @@ def test_variables_keep_loop_ir_names():
         assert re.search(rf"^\s+{re.escape(decl)}$", src, re.MULTILINE), decl
 
 
-def test_stored_params_by_index_name_or_default():
+def test_stored_params_or_default():
     from kdsl.backends.c_like import stored_params
 
     k = vector_add(32)
     assert stored_params(k) == {2}
-    k.attrs["stored_params"] = {0}
+    k.stored_params = frozenset({0})
     assert stored_params(k) == {0}
-    del k.attrs["stored_params"]
+    k.stored_params = None  # unknown: every pointer parameter
     assert stored_params(k) == {0, 1, 2}

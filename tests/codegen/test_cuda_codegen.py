@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kdsl.compile_options import CompileOptions
 from kdsl.backends import cuda
 from kdsl.backends.cuda import CUDABackend, compile_cubin, compile_ptx, resource_usage
 
@@ -69,7 +70,7 @@ def test_resource_usage_reports_numbers():
 def test_fast_math_reaches_the_compiler():
     k = samples.unary("sqrt", 32)
     precise = compile_ptx(BACKEND.codegen(k), "sm_80")
-    k.attrs["fast_math"] = True
+    k.options = CompileOptions(fast_math=True)
     fast = compile_ptx(BACKEND.codegen(k), "sm_80")
     assert "sqrt.rn.f32" in precise and "sqrt.approx" not in precise
     assert "sqrt.approx" in fast

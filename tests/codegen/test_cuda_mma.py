@@ -1,4 +1,4 @@
-"""Tensor-core `dot` (kdsl/passes/lower_dot_mma.py) with no GPU.
+"""Tensor-core `dot` (kdsl/lowering/dot_mma.py) with no GPU.
 
 - the fragment layouts are checked against the PTX ISA's statement of them, element by element;
 - `mma_reference` (the NumPy model of one warp's mma, which the Loop IR simulator runs) is
@@ -17,7 +17,7 @@ from kdsl.backends import cuda
 import kdsl as kd
 from kdsl.ir.loop import Intrinsic, Kernel, Stmt
 from kdsl.ir.loop_interp import round_bf16, run_kernel
-from kdsl.passes.lower_dot_mma import C_LAYOUT, MMA_KINDS, mma_reference
+from kdsl.lowering.dot_mma import C_LAYOUT, MMA_KINDS, mma_reference
 from kdsl.testing import assert_close
 
 RNG = np.random.default_rng(7)
@@ -282,7 +282,7 @@ def test_matmul_128x128x32_8_warps(dt):
 def test_passes_and_chunks_simulated(acc, monkeypatch):
     """The code path of big tiles on a small one: accumulator registers limited to 8 per
     thread (2 passes of 32 rows) and a 16-row exchange buffer (2 chunks per pass)."""
-    from kdsl.passes import lower_dot_mma
+    from kdsl.lowering import dot_mma as lower_dot_mma
 
     monkeypatch.setattr(lower_dot_mma, "MAX_ACC_REGS", 8)
     monkeypatch.setattr(lower_dot_mma, "EXCHANGE_BYTES", 16 * 32 * 4)

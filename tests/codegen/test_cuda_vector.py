@@ -1,4 +1,4 @@
-"""Vectorised global access on CUDA (kdsl/passes/lower_vector.py), proven without a GPU: the
+"""Vectorised global access on CUDA (kdsl/lowering/vector.py), proven without a GPU: the
 PTX of hinted kernels has `ld.global.v4`/`st.global.v4` for sm_80 and sm_90, unhinted kernels
 (unaligned possible) have none, and the lowered kernels give the right numbers in the Loop IR
 simulator, which also checks that every vector access is aligned."""
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import kdsl as kd
+from kdsl.compile_options import CompileOptions
 from kdsl.backends import cuda
 from kdsl.ir import loop
 from kdsl.ir.loop_interp import run_kernel
@@ -151,11 +152,11 @@ def test_unhinted_mask_or_pointer_falls_back():
 
 @needs_compiler
 def test_runtime_alignment_attribute_and_float16():
-    """`fn.attrs["multiple_of_16"]` (what a runtime specialisation on `ptr % 16 == 0` sets)
+    """`CompileOptions.multiple_of_16` (what a runtime specialisation on `ptr % 16 == 0` sets)
     enables vector access with no hint in the kernel; float16 uses 8-byte accesses."""
     fn, ir = build_tile(add_plain, _arg_types(add_plain, (f16, f16, f16, 4)),
                         {"BLOCK": 1024}, 4)
-    fn.attrs["multiple_of_16"] = {"x_ptr", "y_ptr", "out_ptr", "n"}
+    fn.options = CompileOptions(num_warps=4, multiple_of_16=("x_ptr", "y_ptr", "out_ptr", "n"))
     ck = finish_kernel(fn, ir, "cuda", 4)
     assert _vec_count(ck.kernel) == (2, 1)
     ops = _global_accesses(cuda.compile_ptx(ck.source, "sm_90"))

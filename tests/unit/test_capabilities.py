@@ -13,8 +13,8 @@ from kdsl.backends import all_backend_names, get_backend
 
 import kdsl as kd
 from kdsl import capabilities as caps
-from kdsl.passes.lower_caps import TYPE_NEEDS
-from kdsl.passes.lower_elementwise import NEEDS_CAP
+from kdsl.lowering.caps import TYPE_NEEDS
+from kdsl.lowering.elementwise import NEEDS_CAP
 
 DOC = Path(__file__).parents[2] / "docs" / "language.md"
 BACKENDS = {"interp", "llvm", "opencl", "cuda"}

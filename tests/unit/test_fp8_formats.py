@@ -1,5 +1,5 @@
 """8-bit floats: the NumPy reference (kdsl/ir/fp8.py) against ml_dtypes, the Loop IR
-conversions (kdsl/passes/lower_fp8.py) against the reference in the Loop IR simulator, the
+conversions (kdsl/lowering/fp8.py) against the reference in the Loop IR simulator, the
 lowering of fp8 kernels for 1, 4 and 8 threads, the language rules and argument binding."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from kdsl.ir import fp8, interp
 from kdsl.ir import loop as L
 from kdsl.ir.loop_interp import run_kernel
 from kdsl.ir.types import PointerType, float32, float64, int32, uint32
-from kdsl.passes import lower_fp8
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import fp8 as lower_fp8
+from kdsl.lowering import lower
 from kdsl.runtime.binding import bind_arg
 from kdsl.target import Target
 

@@ -20,7 +20,7 @@ from kdsl.ir.parser import parse_function
 from kdsl.ir.tile import print_function, verify
 from kdsl.ir.types import PointerType, TileType, float32, int1, int32
 from kdsl.passes import run_tile_passes
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.target import Target
 
 

@@ -1,4 +1,4 @@
-"""No barrier inside a conditional (kdsl/passes/hoist_barriers.py): kernels whose runtime `if`s
+"""No barrier inside a conditional (kdsl/lowering/hoist_barriers.py): kernels whose runtime `if`s
 and loops hold reductions lower, for several threads per program, to Loop IR where every
 `Barrier` is unconditional, and the Loop IR simulator still computes the right values."""
 
@@ -11,7 +11,7 @@ import kdsl as kd
 from kdsl.ir import loop
 from kdsl.ir.loop_interp import run_kernel
 from kdsl.ir.types import PointerType, TileType, float32, int32
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.runtime.compiler import build_tile
 from kdsl.target import Target
 

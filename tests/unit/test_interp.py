@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from kdsl.compile_options import CompileOptions
 from kdsl.ir import interp, tile
 from kdsl.ir import types as T
 from kdsl.ir.types import PointerType, TileType
@@ -662,7 +663,7 @@ def test_checked_launch_raises_out_of_bounds_error():
     x = kb.param("x", T.float32, True)
     kb.op("store", kb.ptrs(x, kb.iota(8)), kb.const(1.0, T.float32, (8,)), line=7)
     fn = kb.done()
-    fn.attrs["check"] = True
+    fn.options = CompileOptions(check=True)
     with pytest.raises(OutOfBoundsError, match="kern.py:7"):
         run(fn, (1, 1, 1), np.zeros(4, np.float32))
 

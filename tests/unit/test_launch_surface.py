@@ -106,10 +106,10 @@ def test_num_stages_is_specialised_and_recorded(fake):
     c = k.compile(x, y, o, 8, BLOCK=4, backend="fake", num_stages=2)
     d = k.run(x, y, o, 8, BLOCK=4, backend="fake", grid=(1,), num_stages=3)
     assert a is d and b is c and a is not b
-    assert a.kernel.attrs["num_stages"] == 3 and b.kernel.attrs["num_stages"] == 2
+    assert a.kernel.options.num_stages == 3 and b.kernel.options.num_stages == 2
     assert {key[K_STAGES] for key in k.cache} == {2, 3}
     e = k[(1,)](x, y, o, 8, BLOCK=4, backend="fake", maxnreg=32)
-    assert e is not a and e.kernel.attrs["maxnreg"] == 32 and "maxnreg" not in a.kernel.attrs
+    assert e is not a and e.kernel.options.maxnreg == 32 and a.kernel.options.maxnreg is None
 
 
 def test_parameter_named_like_an_option(fake):
@@ -125,7 +125,7 @@ def test_parameter_named_like_an_option(fake):
     assert params == {"x_ptr": None, "num_warps": 8, "num_stages": 1, "check": 0}
     ck = k[(1,)](x, 2, num_stages=5, check=1, backend="fake")
     params = {p.name: p.constexpr for p in ck.kernel.params}
-    assert params["num_stages"] == 5 and ck.kernel.attrs["num_stages"] == 5
+    assert params["num_stages"] == 5 and ck.kernel.options.num_stages == 5
     assert params["check"] == 1 and ck.checks is None  # kdsl's own keyword: the parameter only
     assert ck.num_warps == 4  # num_warps by position: the parameter only, as in Triton
 
@@ -133,7 +133,7 @@ def test_parameter_named_like_an_option(fake):
         pass
 
     ck = jit(g)[(1,)](x, maxnreg=40, backend="fake")
-    assert ck.kernel.attrs["maxnreg"] == 40
+    assert ck.kernel.options.maxnreg == 40
 
 
 # ------------------------------------------------------------------ None and constexpr values

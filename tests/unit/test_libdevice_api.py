@@ -18,7 +18,7 @@ from kdsl.ir.loop_interp import run_kernel
 from kdsl.ir.types import PointerType, TileType, float16, float32, float64, int32, scalar
 from kdsl.language.extra import libdevice
 from kdsl.passes import run_tile_passes
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.target import Target
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import kdsl as kd
+from kdsl.compile_options import CompileOptions
 from kdsl.frontend import build_function
 from kdsl.ir import atomics, interp, loop
 from kdsl.ir.loop_interp import run_kernel
 from kdsl.ir.types import PointerType, TileType, bfloat16, float16, float32, float64, int32, scalar
 from kdsl.passes import run_tile_passes
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.target import Target
 
 THREADS = (1, 4, 8)
@@ -30,7 +31,7 @@ def tile_fn(pyfn, debug: bool = False, **types):
     consts = {k: v for k, v in types.items() if not isinstance(v, TileType)}
     fn = build_function(pyfn, arg_types, consts)
     if debug:
-        fn.attrs["debug"] = True
+        fn.options = CompileOptions(debug=True)
     return run_tile_passes(fn)[0]
 
 

@@ -12,7 +12,7 @@ from kdsl.ir import interp, loop
 from kdsl.ir.loop_interp import run_kernel
 from kdsl.ir.types import PointerType, float32, int32, int64, scalar, uint8
 from kdsl.passes import run_tile_passes
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.target import Target
 
 THREADS = (1, 4, 8)

@@ -22,7 +22,7 @@ from kdsl.ir.types import (
     int32,
     scalar,
 )
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.target import Target
 
 THREADS = (1, 4, 8)
@@ -213,8 +213,8 @@ def test_elementwise_chain_is_one_loop_and_cpu_has_no_barrier():
     assert len(fors) == 1
     assert not any(isinstance(s, (loop.Barrier, loop.For)) for s in walk(fors[0].body))
     assert not any(a.space == "shared" for a in k1.arrays)
-    assert k1.attrs["stored_params"] == {2}
-    assert k1.attrs["shared_bytes"] == 0
+    assert k1.stored_params == {2}
+    assert k1.shared_bytes == 0
     assert k1.name == "axpy" and [p.name for p in k1.params] == ["x", "y", "out", "n"]
     k8 = lower(fn, Target("gpu", threads=8))
     assert k8.threads == 8
@@ -315,7 +315,7 @@ def test_broadcast_of_loaded_data_and_trans():
     assert any(isinstance(s, loop.Barrier) for s in walk(k4.body))
     # Offsets built from iota are recomputed, not staged: only xv, yv and prod_ are staged.
     assert sum(a.space == "shared" for a in k4.arrays) == 3
-    assert k4.attrs["shared_bytes"] == 4 * (N + M + M * N)
+    assert k4.shared_bytes == 4 * (N + M + M * N)
 
 
 # ------------------------------------------------------------------------------ reductions
@@ -525,7 +525,7 @@ def test_scalar_store_and_atomic_once_per_program():
     for t in THREADS:
         c, out = np.zeros(1, np.int32), np.full(3, -1, np.int32)
         k = lower(fn, Target("t", threads=t))
-        assert k.attrs["stored_params"] == {0, 1}
+        assert k.stored_params == {0, 1}
         run_kernel(k, (3,), [c, out])
         assert c[0] == 3 and sorted(out) == [0, 1, 2]
 
@@ -575,7 +575,7 @@ def test_shared_memory_reused_across_stagings_in_a_loop():
         assert_close(args[1].reshape(N, N), want, rtol=1e-6)
     k = lower(fn, Target("gpu", threads=4))
     assert [a.size for a in k.arrays if a.space == "shared"] == [N]
-    assert k.attrs["shared_bytes"] == 4 * N
+    assert k.shared_bytes == 4 * N
 
 
 def test_loop_accumulator_is_updated_in_place():
@@ -755,7 +755,7 @@ def test_attention_through_the_frontend():
     for args in outs.values():
         assert_close(args[3].reshape(8, 8), want, rtol=1e-5, atol=1e-6)
     k4 = lower(fn, Target("gpu", threads=4, shared_bytes=48 * 1024))
-    assert k4.attrs["shared_bytes"] == 2 * 4 * 32  # two 4x8 float32 buffers, reused
+    assert k4.shared_bytes == 2 * 4 * 32  # two 4x8 float32 buffers, reused
 
 
 @pytest.mark.parametrize("half", [float16, bfloat16])

@@ -1,4 +1,4 @@
-"""The vector layout and axis analysis (kdsl/passes/lower_vector.py), and the shared lowering's
+"""The vector layout and axis analysis (kdsl/lowering/vector.py), and the shared lowering's
 kernels re-run in the Loop IR simulator with the "vector_loads" layout and 16-byte-aligned
 pointers (the simulator checks every vector access's alignment and bounds)."""
 
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kdsl.compile_options import CompileOptions
 from kdsl.ir import loop
 from kdsl.ir.loop import Const
 from kdsl.ir.types import PointerType, int32
-from kdsl.passes import lower_vector as lv
+from kdsl.lowering import vector as lv
 from kdsl.target import Target
 
 VEC = frozenset({"vector_loads"})
@@ -46,7 +47,7 @@ def _infos(src, arg_types, cx, attrs=()):
     from kdsl.frontend import build_function
     from kdsl.passes import run_tile_passes
     fn, _ = run_tile_passes(build_function(src, arg_types, cx))
-    fn.attrs["multiple_of_16"] = set(attrs)
+    fn.options = CompileOptions(multiple_of_16=tuple(attrs))
     A = lv.AxisAnalysis(fn)
     stores = [op for op in fn.walk() if op.kind == "store"]
     return ([A.get(op.operands[0]) for op in stores],
@@ -103,8 +104,8 @@ def lt():
         return Target(backend, threads=threads, caps=VEC)
 
     def vec_lower(fn, target):
-        fn.attrs["multiple_of_16"] = {p.name for p in fn.runtime_params
-                                      if isinstance(p.type.elem, PointerType)}
+        fn.options = CompileOptions(multiple_of_16=tuple(
+            p.name for p in fn.runtime_params if isinstance(p.type.elem, PointerType)))
         k = lower(fn, target)
         count.append(sum(isinstance(s, (loop.VecLoad, loop.VecStore))
                          for s in mod.walk(k.body)))

@@ -105,8 +105,8 @@ def test_specialisation_key_alignment_and_fast_math():
     ck2 = copy2d[(1,)](base[1:17], y, 16, BM=1, BN=16, backend="llvm")  # 4-byte offset
     assert ck1 is not ck2
     ck3 = copy2d[(1,)](base[:16], y, 16, BM=1, BN=16, backend="llvm", fast_math=True)
-    assert ck3 is not ck1 and ck3.kernel.attrs.get("fast_math") is True
-    assert not ck1.kernel.attrs.get("fast_math")
+    assert ck3 is not ck1 and ck3.kernel.options.fast_math is True
+    assert not ck1.kernel.options.fast_math
     # a cached hit returns the same specialisation
     assert copy2d[(1,)](base[:16], y, 16, BM=1, BN=16, backend="llvm") is ck1
     keys = list(copy2d.cache)
@@ -115,18 +115,18 @@ def test_specialisation_key_alignment_and_fast_math():
 
 
 def test_multiple_of_16_reaches_the_tile_function():
-    from kdsl.runtime.compiler import build_tile
-
-    class Spec:
-        fn = copy2d.fn
-        multiple_of_16 = ("x_ptr", "N")
-        fast_math = True
-
+    from kdsl.compile_options import CompileOptions
     from kdsl.ir import types as T
+    from kdsl.runtime.compiler import build_tile
     ptr = T.TileType((), T.PointerType(T.float32))
-    fn, _ = build_tile(Spec, {"x_ptr": ptr, "y_ptr": ptr, "N": T.TileType((), T.int32)},
-                       {"BM": 1, "BN": 16}, 1)
-    assert fn.attrs["multiple_of_16"] == ("x_ptr", "N") and fn.attrs["fast_math"]
+    opts = CompileOptions(num_warps=1, multiple_of_16=("x_ptr", "N"), fast_math=True)
+    fn, _ = build_tile(copy2d, {"x_ptr": ptr, "y_ptr": ptr, "N": T.TileType((), T.int32)},
+                       {"BM": 1, "BN": 16}, options=opts)
+    assert fn.options is opts
+    # and the launcher computes them: a 16-byte aligned base, N % 16 == 0
+    ck = copy2d[(1,)](np.zeros(16, np.float32), np.zeros(16, np.float32), 16, BM=1, BN=16,
+                      backend="llvm", fast_math=True)
+    assert set(ck.kernel.options.multiple_of_16) >= {"x_ptr", "N"} and ck.kernel.options.fast_math
 
 
 @kd.jit

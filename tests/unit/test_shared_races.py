@@ -13,7 +13,7 @@ from kdsl.ir import loop as L
 from kdsl.ir.loop_interp import SharedMemoryRace, run_kernel
 from kdsl.ir.types import PointerType, TileType, float32, int32
 from kdsl.passes import run_tile_passes
-from kdsl.passes.lower_tiles import lower
+from kdsl.lowering import lower
 from kdsl.target import Target
 
 I = lambda v: L.Const(v, int32)

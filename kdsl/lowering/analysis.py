@@ -1,12 +1,10 @@
 """Analyses of a Tile IR function that the tile lowering consults: aliases (ops that generate
-nothing), canonical users, the operands read at arbitrary indices, and which parameters are
-stored to."""
+nothing), canonical users and the operands read at arbitrary indices.  Which parameters a
+kernel stores to is `kdsl.passes.provenance.stored_params` (the runtime asks it too)."""
 
 from __future__ import annotations
 
 from kdsl.ir import tile
-
-from .provenance import pointer_roots
 
 # Ops whose result is their operand, element for element in flat order: pure aliases.
 ALIASES = frozenset({"reshape", "hint"})
@@ -33,24 +31,6 @@ def users(fn: tile.Function, alias: dict[int, tile.Value]) -> dict[int, list[til
         for o in op.operands:
             users.setdefault(alias.get(o.id, o).id, []).append(op)
     return users
-
-
-def stored_params(fn: tile.Function) -> set[int]:
-    """Indices of runtime params stored to through a pointer derived from them.  A store
-    through a pointer made from an integer may write any array whose address the kernel took
-    (`ptr_to_int`): those count as stored too."""
-    roots = pointer_roots(fn)
-    stored: set[int] = set()
-    escaped: set[int] = set()
-    raw_store = False
-    for op in fn.walk():
-        if op.kind in tile.SIDE_EFFECTS:
-            r = roots.get(op.operands[0].id, frozenset())
-            stored |= r
-            raw_store |= not r
-        elif op.kind == "ptr_to_int":
-            escaped |= roots.get(op.operands[0].id, frozenset())
-    return stored | escaped if raw_store else stored
 
 
 def raw_pointer_loc(fn: tile.Function) -> tile.Loc | None:

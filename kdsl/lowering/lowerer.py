@@ -11,7 +11,7 @@ emitted as ONE element loop
     for k in range(S):  e = tid + k*T;  [if e < N:]  one Assign per op
 
 With one thread, a group opened by an op of several (non-unit) dims runs nested loops instead,
-one per dim, innermost = last dim, and `k = e` is rebuilt from them (lower_index.py `nest`):
+one per dim, innermost = last dim, and `k = e` is rebuilt from them (index.py `nest`):
 loads and stores along the last dim are then contiguous vector accesses, not gathers.
 
 A group value that is needed elsewhere (a later group, a reduction, a loop carry, a yield) is
@@ -25,28 +25,29 @@ are never stored: each group that reads them recomputes them (`remat_ok`), at an
 one thread a tile load is treated the same way when no store can come between it and its
 readers (`_load_remat_ok`): the CPU re-reads the row from cache instead of storing and
 reloading a register array that pushes the row's other operands out of L1.  Other
-gathers need their source *addressable* by flat index (`addressable`): with T == 1 that is the
-source's register array itself; with T > 1 a shared copy filled between two barriers.  When a
+gathers need their source *addressable* by flat index (`addressable`): with one thread
+(`Target.registers_addressable`) that is the source's register array itself; with several, a
+shared copy filled between two barriers.  When a
 group opens, the sources of all its gathers are staged together (`_prestage`).  Shared arrays
 are reused by *epochs*: each staging starts one, after a barrier that all readers of earlier
 epochs' arrays precede.  Reductions and dots read their operands through `view`, so that
 `dot(q, trans(k))` reads k's copy with permuted coordinates instead of a materialised
-transpose.  Reductions live in lower_reduce.py, scans in lower_scan.py, `dot` in lower_dot.py,
-the element-wise op table in lower_elementwise.py.
+transpose.  Reductions live in reduce.py, scans in scan.py, `dot` in dot.py,
+the element-wise op table in elementwise.py.
 
 A yielded tile computed in the loop body's last group is written straight into the carried
 array when no reader can observe it (`yield_to`), so `acc = acc + ...` costs no copy.
 
-Control flow lives in lower_control.py, IR analyses (aliases, users, stored parameters) in
-lower_analysis.py.
+Control flow lives in control.py, IR analyses (aliases, users) in analysis.py; the interface
+the helper modules see is `LoweringContext` (context.py).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from math import prod
 
 from kdsl.errors import CompilationError
@@ -64,35 +65,35 @@ from kdsl.ir.loop import (
     For,
     If,
     Index,
+    Intrinsic,
+    IntrinsicSim,
     Kernel,
     KParam,
     Special,
     Stmt,
     Var,
 )
+from kdsl.ir.loop_verify import verify
 from kdsl.ir.types import PointerType, int32
+from kdsl.passes.provenance import stored_params
 from kdsl.target import Target
 
-from . import lower_fp8 as mem  # loads and stores (8-bit floats move as their codes)
-from . import lower_index as ix
+from . import fp8 as mem  # loads and stores (8-bit floats move as their codes)
+from . import index as ix
+from .analysis import ALIASES, addressed_operands, aliases, raw_pointer_loc, users
+from .caps import check_target
+from .context import CoordMap, Group
+from .control import lower_for, lower_if, lower_while
+from .debug import DEBUG_LOWERINGS, drop_breakpoints
+from .dot import dot_strategy
+from .dot_mma import SIMULATIONS as MMA_SIMULATIONS
+from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
+from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .hoist_barriers import hoist_barriers
-from .lower_analysis import (
-    ALIASES,
-    addressed_operands,
-    aliases,
-    raw_pointer_loc,
-    stored_params,
-    users,
-)
-from .lower_caps import check_target
-from .lower_control import lower_for, lower_if, lower_while
-from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
-from .lower_dot import dot_strategy
-from .lower_elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
-from .lower_gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
-from .lower_reduce import lower_reduce
-from .lower_scan import lower_scan
-from .lower_vector import VecGroup, Vectorizer, element_index
+from .legalize import legalize
+from .reduce import lower_reduce
+from .scan import lower_scan
+from .vector import Vectorizer, element_index
 
 # Ops computed element by element inside a group.
 GATHERS = frozenset({"broadcast", "trans", "slice"})
@@ -108,17 +109,10 @@ REMAT_LIMIT = 12  # largest expression (in distinct ops) recomputed instead of s
 # with one on a rematerialised load is stored.  On index math they stay cheap enough (rare).
 COSTLY = (tile.UNARY_OPS - {"neg", "not", "abs", "floor", "ceil"}) | {"pow"}
 
-_C_KEYWORDS = frozenset((
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
-    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
-    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
-    "union", "unsigned", "void", "volatile", "while", "half", "bool", "true", "false", "kernel",
-    "global", "local", "private", "constant",
-))
-
 
 class _Names:
-    """Unique, C-identifier-safe names."""
+    """Unique identifiers (letters, digits and `_`, ending in a digit): each backend maps them
+    to its own language's identifiers (the C emitter renames keywords and library names)."""
 
     def __init__(self, reserved: set[str]):
         self.used = set(reserved)
@@ -130,44 +124,21 @@ class _Names:
         i = 0
         while True:
             name = f"{base}{i}"
-            if name not in self.used and name not in _C_KEYWORDS:
+            if name not in self.used:
                 self.used.add(name)
                 return name
             i += 1
 
 
-@dataclass
-class Group:
-    """The open element loop: numel `n`, slots `s`, slot variable `k`, flat index `e`."""
-
-    n: int
-    s: int
-    k: Var
-    e: Expr
-    body: list[Stmt] = field(default_factory=list)
-    ops: set[int] = field(default_factory=set)  # id() of member ops
-    values: list[tile.Value] = field(default_factory=list)
-    effects: bool = False
-    # Register arrays read at other slots than k (T == 1 gathers, reductions, dot operands):
-    # a yield may not write them in place.
-    addressed: set[str] = field(default_factory=set)
-    width: int = 1  # V of the layout for this numel (lower_vector.py)
-    vec: VecGroup | None = None  # vector accesses of the group, if any
-    # One-thread nested loops (T == 1, several dims): the dims and their loop variables.
-    dims: tuple[int, ...] = ()
-    loops: tuple[Var, ...] = ()
-
-
 class Lowerer:
-    """State of one lowering.  Helpers in lower_reduce.py / lower_dot.py use its small API:
-    `close`, `open_group`, `view`/`at`, `addressable`, `note_addressed`, `read`, `bind`, `var`,
-    `shared`, `emit`, `barrier`, `tid`, `T`."""
+    """State of one lowering.  The helper modules see it as a `LoweringContext` (context.py):
+    the names listed there are its interface; everything else here is the driver's own."""
 
     def __init__(self, fn: tile.Function, target: Target):
         self.fn = fn
         self.target = target
         self.T = target.threads
-        self.tid: Expr = Special("tid") if self.T > 1 else ix.c32(0)
+        self.tid: Expr = ix.c32(0) if target.one_thread_per_program else Special("tid")
         self.names = _Names({p.name for p in fn.runtime_params})
         self.variables: list[Var] = []
         self.arrays: list[Array] = []
@@ -200,7 +171,6 @@ class Lowerer:
         self.epoch = 0
         self.shared_epoch: dict[str, int] = {}
         self.op: tile.Op | None = None
-        self.hints: dict[str, dict] = {}
         self.vector = Vectorizer(fn, target)  # layout width and vector accesses
 
     # ------------------------------------------------------------------------ declarations
@@ -231,6 +201,12 @@ class Lowerer:
         self.shared_epoch[a.name] = self.epoch
         return a
 
+    def shared_left(self) -> int:
+        return self.target.shared_bytes - self.shared_bytes
+
+    def note_staged(self, v: tile.Value, array: Array) -> None:
+        self.staged[v.id] = array
+
     def new_epoch(self) -> None:
         """Start a staging (followed by a barrier): earlier shared arrays become reusable, so
         copies staged before are forgotten."""
@@ -240,12 +216,12 @@ class Lowerer:
     def slots(self, n: int) -> int:
         return -(-n // self.T)
 
-    def emit(self, stmt: Stmt) -> None:
-        self.out.append(stmt)
+    def emit(self, *stmts: Stmt) -> None:
+        self.out.extend(stmts)
 
     def barrier(self) -> None:
-        """A barrier (none with one thread, and never two in a row)."""
-        if self.T > 1 and not (self.out and isinstance(self.out[-1], Barrier)):
+        """A barrier (none where the target needs none, and never two in a row)."""
+        if self.target.needs_barriers and not (self.out and isinstance(self.out[-1], Barrier)):
             self.out.append(Barrier())
 
     @contextmanager
@@ -274,11 +250,11 @@ class Lowerer:
             self.close()
         if self.group is None:
             k = self.var("k", int32)
-            e: Expr = k
-            if self.T > 1:
+            e: Expr = k  # with one thread, slot k holds element k
+            if not self.target.one_thread_per_program:
                 e = self.var("e", int32)
             self.group = g = Group(n, self.slots(n), k, e, width=self.vector.width(n))
-            dims = ix.nest_dims(shape) if shape is not None and self.T == 1 else ()
+            dims = ix.nest_dims(shape) if shape is not None and self.target.tile_loops else ()
             if len(dims) > 1:
                 g.dims = dims
                 g.loops = tuple(self.var(f"k{d}_", int32) for d in range(len(dims)))
@@ -301,7 +277,7 @@ class Lowerer:
         body = g.body
         if g.n % self.T:
             body = [If(Binary("lt", g.e, ix.c32(g.n)), body)]
-        if self.T > 1:
+        if g.e is not g.k:
             if _mentions(body, g.e):
                 e = element_index(self.tid, g.k, self.T, g.width)
                 body = [Assign(g.e, e)] + body
@@ -336,7 +312,7 @@ class Lowerer:
             return False
         # Every other reader goes through `read`/`read_at`, which recompute a remat_ok value,
         # except reductions and dots outside the group (one fused into it, as
-        # lower_reduce.py's `_fused_partial_sum`, has already read it).
+        # reduce.py's `_fused_partial_sum`, has already read it).
         return not self.remat_ok(v) or any(id(u) not in g.ops
                                            for u in self.viewers.get(v.id, ()))
 
@@ -365,6 +341,9 @@ class Lowerer:
         """(base, flat index in base) of element `coords` of `v` (see `view`)."""
         base, cmap = self.view(v)
         return base, ix.flatten(cmap(coords), base.shape)
+
+    def in_group(self, v: tile.Value) -> bool:
+        return self.canon(v).id in self.cur
 
     def _only_viewed(self, v: tile.Value) -> bool:
         """Whether every user of `v` reads it through `view` (so it needs no code)."""
@@ -422,7 +401,7 @@ class Lowerer:
         v = self.canon(v)
         if v.type.is_scalar:
             return self.scalars[v.id]
-        if self.T == 1 and v.id in self.regs:
+        if self.target.registers_addressable and v.id in self.regs:
             self.group.addressed.add(self.regs[v.id].name)
             return Index(self.regs[v.id], idx)
         if v.id in self.staged:
@@ -473,7 +452,7 @@ class Lowerer:
         carries are updated), and no op strictly between the load and the last of them stores
         or contains a store.  A store in the last reader's own group is ordered as within a
         group (per element, load before store), as if the load had been written there."""
-        if self.T != 1:
+        if not self.target.registers_addressable:
             return False
         pos = self._pos.get(id(op))
         if pos is None:
@@ -522,10 +501,10 @@ class Lowerer:
 
     def addressable(self, *values: tile.Value) -> list[Array]:
         """Arrays holding each value indexed by flat element (closes the open group if needed).
-        With T > 1 the values are staged to shared memory together, between one pair of
-        barriers."""
+        Where registers are not addressable, the values are staged to shared memory together,
+        between one pair of barriers."""
         values = tuple(self.canon(v) for v in values)
-        if self.T == 1:
+        if self.target.registers_addressable:
             if any(v.id not in self.regs for v in values):
                 self.close()
                 for v in dict.fromkeys(values):
@@ -569,7 +548,8 @@ class Lowerer:
             if op.kind in tile.TERMINATORS:
                 return op
             self.op = op
-            if self.T > 1 and op.kind in FUSABLE and not self._is_scalar(op):
+            if (not self.target.registers_addressable and op.kind in FUSABLE
+                    and not self._is_scalar(op)):
                 n = _numel(op)
                 if self.group is None or self.group.n != n:
                     self._prestage(block.ops[i:], n)
@@ -600,8 +580,6 @@ class Lowerer:
     def lower_op(self, op: tile.Op) -> None:
         k = op.kind
         if op.results and op.results[0].id in self.alias:
-            if k == "hint":
-                self.hints[op.operands[0].name or str(op.operands[0].id)] = dict(op.attrs)
             return
         if k in NEEDS_CAP and not self.target.has(NEEDS_CAP[k][0]):
             raise CompilationError(f"{k} is not available on the {self.target.backend} backend "
@@ -622,7 +600,7 @@ class Lowerer:
             return all(r.type.is_scalar for r in op.results)
         return op.operands[0].type.is_scalar
 
-    def _result_var(self, v: tile.Value, expr: Expr) -> None:
+    def result_var(self, v: tile.Value, expr: Expr) -> None:
         if isinstance(expr, (Const, Var, Special)):
             self.scalars[v.id] = expr
         else:
@@ -640,17 +618,19 @@ class Lowerer:
         elif k == "num_programs":
             self.scalars[op.result.id] = Special("nprog", op.attrs["axis"])
         elif k == "load":
-            self._result_var(op.result, mem.load(xs[0], *_mask_other(xs), op.loc))
+            self.result_var(op.result, mem.load(xs[0], *_mask_other(xs), op.loc))
         elif k == "store":
-            self.emit(self._once(mem.store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, op.loc)))
+            self.emit(self.once(mem.store(xs[0], xs[1], xs[2] if len(xs) > 2 else None, op.loc)))
         elif k in tile.ATOMIC_OPS:
             self._scalar_atomic(op, xs)
         else:
-            self._result_var(op.result, ELEMENTWISE[k](op, xs, ix.c32(0)))
+            self.result_var(op.result, ELEMENTWISE[k](op, xs, ix.c32(0)))
 
-    def _once(self, stmt: Stmt) -> Stmt:
+    def once(self, stmt: Stmt) -> Stmt:
         """A scalar side effect runs once per program: in thread 0 only."""
-        return stmt if self.T == 1 else If(Binary("eq", self.tid, ix.c32(0)), [stmt])
+        if self.target.one_thread_per_program:
+            return stmt
+        return If(Binary("eq", self.tid, ix.c32(0)), [stmt])
 
     def _scalar_atomic(self, op: tile.Op, xs: list[Expr]) -> None:
         """Thread 0 performs a scalar atomic once per program.  With several threads, the
@@ -660,13 +640,15 @@ class Lowerer:
         used = bool(self.users.get(op.result.id))
         res = self.var(op.result.name or "old", register_type(op.result.type)) if used else None
         sem = op.attrs.get("sem", "acq_rel")
-        slot = self.shared("old_sh", res.dtype, 1) if used and self.T > 1 else None
+        # the old value reaches the other threads of the program through shared memory
+        slot = (self.shared("old_sh", res.dtype, 1)
+                if used and not self.target.one_thread_per_program else None)
         if slot is not None or sem in ("release", "acq_rel"):
             self.barrier()
         for stmt in _atomic_stmts(op, xs, res):
-            self.emit(self._once(stmt))
+            self.emit(self.once(stmt))
         if slot is not None:
-            self.emit(self._once(ArrayStore(slot, ix.c32(0), res)))
+            self.emit(self.once(ArrayStore(slot, ix.c32(0), res)))
         if slot is not None or sem in ("acquire", "acq_rel"):
             self.barrier()
         if slot is not None:
@@ -683,7 +665,7 @@ class Lowerer:
         if k in GATHERS and self._only_viewed(op.result):
             return  # read by reductions/dots through its source (`view`)
         if k in GATHERS and not src.type.is_scalar and not self.remat_ok(src):
-            self.addressable(src)  # with T > 1 this stages it to shared memory
+            self.addressable(src)  # stages it to shared memory if registers are not addressable
         if (k in tile.SIDE_EFFECTS or k == "load") and self.group is not None \
                 and self.group.vec is not None and self.group.vec.post:
             self.close()  # deferred vector stores come before the next memory access
@@ -804,9 +786,6 @@ class Lowerer:
         return stmts, term
 
 
-CoordMap = Callable[[list[Expr]], list[Expr]]
-
-
 def _same_coords(cs: list[Expr]) -> list[Expr]:
     return cs
 
@@ -887,16 +866,31 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
         L.scalars[p.value.id] = Var(p.name, p.type.elem)
     L.lower_block(fn.body)
     L.close()
-    attrs = {
-        "stored_params": stored_params(fn),
-        "shared_bytes": L.shared_bytes,
-    }
-    raw = raw_pointer_loc(fn)
-    if raw is not None:
-        attrs["raw_pointers"] = raw
-    if L.hints:
-        attrs["hints"] = L.hints
-    return hoist_barriers(Kernel(fn.name, params, L.out, L.variables, L.arrays, L.T, attrs))
+    # checked mode's site table (kdsl/passes/checks.py) travels with the kernel to the runtime
+    attrs = {"checks": fn.attrs["checks"]} if "checks" in fn.attrs else {}
+    kernel = Kernel(fn.name, params, L.out, L.variables, L.arrays, L.T, attrs,
+                    options=fn.options, stored_params=frozenset(stored_params(fn)),
+                    shared_bytes=L.shared_bytes, raw_pointers=raw_pointer_loc(fn),
+                    warp_size=target.warp_size)
+    kernel = hoist_barriers(legalize(kernel, target))
+    kernel.intrinsics = {n: INTRINSIC_SIMULATIONS[n] for n in _intrinsics_used(kernel.body)}
+    # A bad lowering is an error naming its node here, not a KeyError in an emitter; and
+    # what the backend gets has only the ops it lists (a fraction of a millisecond).
+    return verify(kernel, target.ops)
+
+
+#: how the Loop IR simulator runs each intrinsic the lowering may emit (dot_mma.py's)
+INTRINSIC_SIMULATIONS: dict[str, IntrinsicSim] = {**MMA_SIMULATIONS}
+
+
+def _intrinsics_used(stmts: list[Stmt]) -> set[str]:
+    names: set[str] = set()
+    for s in stmts:
+        if isinstance(s, Intrinsic):
+            names.add(s.name)
+        for f in ("body", "then", "orelse", "cond_body"):
+            names |= _intrinsics_used(getattr(s, f, None) or [])
+    return names
 
 
 __all__ = ["FUSABLE", "GATHERS", "Group", "Lowerer", "lower"]

@@ -155,6 +155,6 @@ class _Hoister:
 
 def hoist_barriers(kernel: Kernel) -> Kernel:
     """Rewrite `kernel` in place so that no `Barrier` is nested in an `If`; returns it."""
-    if kernel.threads > 1 and has_barrier(kernel.body):
+    if has_barrier(kernel.body):
         kernel.body = _Hoister(kernel).hoist(kernel.body)
     return kernel

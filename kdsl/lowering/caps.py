@@ -3,7 +3,7 @@ naming the backends that can.
 
 Two kinds of gaps, both listed in docs/language.md ("Backend support"):
 
-- ops only some targets compute (`NEEDS_CAP` in lower_elementwise.py: the Bessel functions,
+- ops only some targets compute (`NEEDS_CAP` in elementwise.py: the Bessel functions,
   absent from OpenCL C), checked op by op while lowering;
 - value types a device lacks (`TYPE_NEEDS` here: float64 needs double precision, which an
   OpenCL device without `cl_khr_fp64` does not have; its `Target.missing` says so).  Without

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -57,14 +58,15 @@ from kdsl.ir.loop import (
     If,
     Index,
     Intrinsic,
+    IntrinsicSim,
     Stmt,
 )
-from kdsl.ir.loop_interp import INTRINSICS, IntrinsicSim
 from kdsl.ir.types import DType, bfloat16, float16, float32, int8, int32
 
-from . import lower_index as ix
-from .lower_elementwise import register_type
-from .lower_vector import element_index
+from . import index as ix
+from .context import LoweringContext
+from .elementwise import register_type
+from .vector import element_index
 
 Coef = tuple[int, int, int]  # (g, t, constant) coefficients of one coordinate
 
@@ -181,9 +183,11 @@ def mma_reference(kind: MmaKind, lanes: list[list]) -> list[list]:
     return [[d[r, col] for r, col in C_LAYOUT.coords(lane)] for lane in range(len(lanes))]
 
 
-for _kind in MMA_KINDS.values():
-    INTRINSICS[_kind.name] = IntrinsicSim(
-        lambda lanes, _k=_kind: mma_reference(_k, lanes), warp=True)
+#: intrinsic name -> how the Loop IR simulator runs it (the lowering records the ones a kernel
+#: uses in `Kernel.intrinsics`)
+SIMULATIONS: dict[str, IntrinsicSim] = {
+    kind.name: IntrinsicSim(partial(mma_reference, kind), warp=True) for kind in MMA_KINDS.values()
+}
 
 
 # ---------------------------------------------------------------------------- strategy
@@ -234,7 +238,7 @@ def _warp_grid(tm: int, tn: int, warps: int) -> tuple[int, int]:
     return min(grids, key=lambda g: (-g[0] * g[1], 8 * (tm // g[0]) + 4 * (tn // g[1])))
 
 
-def plan(L, op: tile.Op) -> MmaPlan | None:
+def plan(L: LoweringContext, op: tile.Op) -> MmaPlan | None:
     """The cut of `op` on L's target, or None when the mma strategy does not apply."""
     kind = mma_kind(op)
     a, b, _ = op.operands
@@ -243,7 +247,7 @@ def plan(L, op: tile.Op) -> MmaPlan | None:
     if kind is None or ws != 32 or L.T % ws or M % kind.m or N % kind.n or K % kind.k:
         return None
     # Upper bound of the operand copies (they may exist already), then what is left.
-    left = L.target.shared_bytes - L.shared_bytes - sum(
+    left = L.shared_left() - sum(
         v.type.numel * register_type(v.type).itemsize for v in (a, b))
     row_bytes = N * kind.acc.itemsize
     for rows in sorted((16 * d for d in _divisors(M // 16)), reverse=True):
@@ -259,7 +263,7 @@ def plan(L, op: tile.Op) -> MmaPlan | None:
     return None
 
 
-def applicable(L, op: tile.Op) -> MmaKind | None:
+def applicable(L: LoweringContext, op: tile.Op) -> MmaKind | None:
     """The instruction to use for `op` on L's target, or None for the fallback."""
     p = plan(L, op)
     return p.kind if p is not None else None
@@ -271,7 +275,7 @@ def _frag_at(layout_elem: tuple[Coef, Coef], grp: Expr, tig: Expr, r0: Expr, c0:
     return _coord(rc, grp, tig, r0), _coord(cc, grp, tig, c0)
 
 
-def tensor_core_dot(L, op: tile.Op, fallback: Callable) -> None:
+def tensor_core_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     """Lower `dot` with warp-level mma (see the module docstring), else with `fallback`."""
     p = plan(L, op)
     if p is None:
@@ -303,7 +307,7 @@ def tensor_core_dot(L, op: tile.Op, fallback: Callable) -> None:
         if active:
             L.emit(If(Binary("lt", warp, ix.c32(p.wm * p.wn)), stmts))
         else:
-            L.out.extend(stmts)
+            L.emit(*stmts)
 
     def tile_row(pass_row: int, i: int) -> Expr:  # first row of the warp's tile row i
         return ix.add(ix.mul(wi, p.pm * 16), ix.c32(pass_row + 16 * i))
@@ -390,7 +394,7 @@ def tensor_core_dot(L, op: tile.Op, fallback: Callable) -> None:
         L.regs[op.result.id] = out
 
 
-def _read_chunk(L, X, out, lo: int, n: int, numel: int) -> None:
+def _read_chunk(L: LoweringContext, X, out, lo: int, n: int, numel: int) -> None:
     """out[slot] = X[e - lo] for the thread's elements e in [lo, lo + n) of a tile of `numel`:
     a plain slot range when chunks are whole runs of every thread's slots, else all slots,
     guarded."""

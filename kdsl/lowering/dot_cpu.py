@@ -30,14 +30,16 @@ strategy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 from kdsl.ir import tile
 from kdsl.ir.loop import Array, ArrayStore, Assign, Cast, Comment, Expr, Fma, For, Index, Stmt
 from kdsl.ir.types import float32, int32
 
-from . import lower_index as ix
-from .lower_elementwise import HALF, register_type
+from . import index as ix
+from .context import LoweringContext
+from .elementwise import HALF, register_type
 
 # Block shapes, best first: the first (MR, NR) dividing (M, N) wins.  Width-agnostic (a target
 # without vector_bits): NR a multiple of 16 float32 where the tile allows.
@@ -79,7 +81,7 @@ def _widen(x: Expr, t) -> Expr:
     return x if x.dtype == t else Cast(x, t)
 
 
-def _pack_loops(L, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) -> Array:
+def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) -> Array:
     """A packed copy of an `outer x inner` operand (`inner` = K) in micro-panels of R rows:
     element (r, k) goes to `(r // R) * R * inner + k * R + r % R`, so that the micro-kernel
     reads each panel front to back.  `at(r, k)` is the element's index in `src`."""
@@ -93,13 +95,13 @@ def _pack_loops(L, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) 
     return out
 
 
-def cpu_dot(L, op: tile.Op) -> None:
+def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
+    """The micro-kernel for float32 accumulators; `fallback` (dot.py's row strategy) for
+    integer, float64 and 16-bit accumulators."""
     a, b, c = op.operands
     t = register_type(op.result.type)
     if t != float32 or op.result.elem in HALF:
-        from .lower_dot import rows_dot  # integer, float64 and 16-bit accumulators
-
-        rows_dot(L, op)
+        fallback(L, op)
         return
     M, K = a.shape
     N = b.shape[1]

@@ -13,7 +13,7 @@ Semantic rules made explicit here (see kdsl/ir/loop.py):
   float `floordiv` is `floor(a / b)`.
 - shift amounts are masked to the operand width (`b & (bits - 1)`), as on every GPU.
 - 8-bit floats are float32 in registers too; their rounding, loads, stores and bitcasts are
-  integer arithmetic on the bits (lower_fp8.py).
+  integer arithmetic on the bits (fp8.py).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from kdsl.ir.types import (
     uint32,
 )
 
-from . import lower_fp8 as fp8
-from . import lower_index as ix
+from . import fp8
+from . import index as ix
 
 Builder = Callable[[tile.Op, list[Expr], Expr], Expr]
 

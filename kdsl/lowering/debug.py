@@ -21,11 +21,11 @@ from kdsl.ir.loop import Bitcast, Cast, Expr, Print, Special
 from kdsl.ir.types import DType, bfloat16, float16, uint8, uint16, uint32, uint64
 from kdsl.target import Target
 
-from . import lower_index as ix
-from .lower_elementwise import half_bits
+from . import index as ix
+from .elementwise import half_bits
 
 if TYPE_CHECKING:
-    from .lower_tiles import Lowerer
+    from .context import LoweringContext
 
 _UNSIGNED = {8: uint8, 16: uint16, 32: uint32, 64: uint64}
 
@@ -45,18 +45,18 @@ def _pids() -> list[Expr]:
     return [Special("pid", a) for a in range(3)]
 
 
-def lower_print(L: Lowerer, op: tile.Op) -> None:
+def lower_print(L: LoweringContext, op: tile.Op) -> None:
     L.close()
     prefix, hex = op.attrs.get("prefix", ""), bool(op.attrs.get("hex", False))
     n = len(op.operands)
     if not n:
-        L.emit(L._once(Print(bare_format(prefix), _pids())))
+        L.emit(L.once(Print(bare_format(prefix), _pids())))
     for k, v in enumerate(op.operands):
         elem, shape = v.type.elem, v.type.shape
         fmt = line_format(prefix, k, n, shape, elem, hex)
         if not shape:
             x = L.scalar(v)
-            L.emit(L._once(Print(fmt, _pids() + [hex_value(x, elem) if hex else x])))
+            L.emit(L.once(Print(fmt, _pids() + [hex_value(x, elem) if hex else x])))
             continue
         g = L.open_group(v.type.numel)
         x = L.read(v)
@@ -66,12 +66,12 @@ def lower_print(L: Lowerer, op: tile.Op) -> None:
         L.close()
 
 
-def lower_barrier(L: Lowerer, op: tile.Op) -> None:
+def lower_barrier(L: LoweringContext, op: tile.Op) -> None:
     L.close()
     L.barrier()
 
 
-# Debug op kind -> its lowering (used by lower_tiles's table of non-fusable ops).
+# Debug op kind -> its lowering (used by the driver's table of non-fusable ops).
 DEBUG_LOWERINGS = {"print": lower_print, "barrier": lower_barrier}
 
 
@@ -93,7 +93,7 @@ def drop_breakpoints(fn: tile.Function, target: Target) -> None:
 
     sweep(fn.body)
     if found:
-        from .cse import dce
+        from kdsl.passes.cse import dce
 
         dce(fn)
         lines = ", ".join(str(op.loc) for op in found)

@@ -23,7 +23,7 @@ BLOCK)`); `max_contiguous(x, n)` raises `contig`.
 
 Alignment of arguments.  A pointer parameter is assumed aligned to its element size only.  It
 is known 16-byte aligned when the kernel says so (`kd.multiple_of(ptr, 16)`) or when the
-compiler records it in `fn.attrs["multiple_of_16"]` (runtime parameter names whose value, the
+compiler records it in `fn.options.multiple_of_16` (runtime parameter names whose value, the
 address for pointers, is a multiple of 16: the runtime specialisation Triton does on
 `ptr % 16 == 0`); integer parameters in that set get divisor 16.
 
@@ -51,8 +51,9 @@ from kdsl.ir.loop import ArrayStore, Assign, Expr, Index, Select, Stmt, VecLoad,
 from kdsl.ir.types import PointerType, int1, int32
 from kdsl.target import Target
 
-from . import lower_index as ix
-from .lower_elementwise import ELEMENTWISE, const, register_type
+from . import index as ix
+from .context import LoweringContext
+from .elementwise import ELEMENTWISE, const, register_type
 
 VECTOR_WIDTH = 4      # elements per thread run (16 bytes of float32)
 VECTOR_BYTES = 16     # widest global access (ld.global.v4.b32)
@@ -63,7 +64,7 @@ MAX_FIXPOINT = 6      # iterations of a loop's carried-value fixpoint before giv
 def layout_width(target: Target, n: int) -> int:
     """V for tiles of n elements on `target` (1: the plain layout)."""
     T, V = target.threads, VECTOR_WIDTH
-    if T == 1 or not target.has("vector_loads") or n % (V * T):
+    if target.one_thread_per_program or not target.has("vector_loads") or n % (V * T):
         return 1
     return V
 
@@ -133,7 +134,7 @@ class AxisAnalysis:
     def __init__(self, fn: tile.Function):
         self.info: dict[int, AxisInfo] = {}
         self.consts: dict[int, int] = {}
-        known = set(fn.attrs.get("multiple_of_16", ()))
+        known = set(fn.options.multiple_of_16)
         for p in fn.runtime_params:
             t = p.type.elem
             if isinstance(t, PointerType):
@@ -374,7 +375,7 @@ class Vectorizer:
     def width(self, n: int) -> int:
         return layout_width(self.target, n)
 
-    def plan(self, L, op: tile.Op) -> bool:
+    def plan(self, L: LoweringContext, op: tile.Op) -> bool:
         """Whether `op` (a tile load or store, joining the open group) can be one vector access
         per run (see the module docstring)."""
         g = L.group
@@ -385,7 +386,7 @@ class Vectorizer:
         pointee = ptr.elem.pointee
         if V == 1 or isinstance(pointee, PointerType) or ptr.shape[-1] % V:
             return False
-        if pointee.is_fp8:  # codes converted per element (lower_fp8.py)
+        if pointee.is_fp8:  # codes converted per element (fp8.py)
             return False
         size = _itemsize(pointee)
         if V * size > VECTOR_BYTES or (op.kind == "load" and g.effects):
@@ -399,13 +400,13 @@ class Vectorizer:
         return self._at_run(L, ptr, z, z) is not None and (
             mask is None or self._at_run(L, mask, z, z) is not None)
 
-    def _state(self, L) -> VecGroup:
+    def _state(self, L: LoweringContext) -> VecGroup:
         g = L.group
         if g.vec is None:
             g.vec = VecGroup(L.var("kv", int32), L.var("i", int32), L.var("e0", int32), [], [])
         return g.vec
 
-    def _at_run(self, L, v: tile.Value, kv: Expr, e0: Expr, depth: int = 0) -> Expr | None:
+    def _at_run(self, L: LoweringContext, v: tile.Value, kv: Expr, e0: Expr, depth: int = 0) -> Expr | None:
         """Expression of `v` at the first element `e0` (slot `kv`) of the current run, for the
         statements around the lane loop; None if it cannot be computed there."""
         c = L.canon(v)
@@ -423,7 +424,7 @@ class Vectorizer:
             return None
         return ELEMENTWISE[op.kind](op, xs, e0)
 
-    def _run_values(self, L, op: tile.Op, mask_at: int) -> tuple[VecGroup, Expr, Expr | None]:
+    def _run_values(self, L: LoweringContext, op: tile.Op, mask_at: int) -> tuple[VecGroup, Expr, Expr | None]:
         st = self._state(L)
         ptr = self._at_run(L, op.operands[0], st.kv, st.e0)
         mask = None
@@ -435,7 +436,7 @@ class Vectorizer:
                 st.pre.append(Assign(mask, self._at_run(L, m, st.kv, st.e0)))
         return st, ptr, mask
 
-    def load(self, L, op: tile.Op) -> Expr:
+    def load(self, L: LoweringContext, op: tile.Op) -> Expr:
         """Emit the vector load of `op` in the open group; its value at the current lane."""
         st, ptr, mask = self._run_values(L, op, 1)
         vec = L.array((op.result.name or "v") + "_vec", register_type(op.result.type),
@@ -448,7 +449,7 @@ class Vectorizer:
             x = Select(mask, x, other)
         return x
 
-    def store(self, L, op: tile.Op, value: Expr) -> Stmt:
+    def store(self, L: LoweringContext, op: tile.Op, value: Expr) -> Stmt:
         """Emit the deferred vector store of `op`; returns the statement of the group body that
         puts the current lane's value into the stored array."""
         st, ptr, mask = self._run_values(L, op, 2)

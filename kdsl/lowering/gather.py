@@ -2,7 +2,7 @@
 
 - `slice` {start, step} is a *static* gather like `broadcast` and `trans`: its source
   coordinates are affine in the element's own (`slice_coords`), so it fuses into groups, looks
-  through in `Lowerer.view` and rematerialises; lower_tiles.py handles it with the other
+  through in `Lowerer.view` and rematerialises; lowerer.py handles it with the other
   GATHERS through `slice_coords` / `slice_source`.
 - `gather` {axis} reads its source at a coordinate taken from the index tile: the source is made
   addressable (its register array with one thread, a shared copy with several), read through
@@ -21,7 +21,8 @@ from kdsl.ir import tile
 from kdsl.ir.loop import Assign, Binary, Cast, Const, Expr, For, Index
 from kdsl.ir.types import DType, int32, int64
 
-from . import lower_index as ix
+from . import index as ix
+from .context import LoweringContext
 
 
 def _affine(c: Expr, start: int, step: int) -> Expr:
@@ -57,7 +58,7 @@ def clamped_index(x: Expr, t: DType, n: int) -> Expr:
     return x if t == int32 else Cast(x, int32)
 
 
-def lower_gather(L, op: tile.Op) -> None:
+def lower_gather(L: LoweringContext, op: tile.Op) -> None:
     src, index = op.operands
     ax = op.attrs["axis"]
     base, cmap = L.view(src)
@@ -72,7 +73,7 @@ def lower_gather(L, op: tile.Op) -> None:
     L.bind(op.result, Index(arr, ix.flatten(cmap(coords), base.shape)), g)
 
 
-def lower_histogram(L, op: tile.Op) -> None:
+def lower_histogram(L: LoweringContext, op: tile.Op) -> None:
     x = op.operands[0]
     views = [L.view(v) for v in op.operands]
     arrs = L.addressable(*(base for base, _ in views))
@@ -102,13 +103,13 @@ def lower_histogram(L, op: tile.Op) -> None:
     L.bind(op.result, count, g)
 
 
-def lower_unsplat(L, op: tile.Op) -> None:
+def lower_unsplat(L: LoweringContext, op: tile.Op) -> None:
     """`reshape` of a one-element tile to a scalar (the only reshape that is not an alias)."""
     src = op.operands[0]
-    if L.T > 1 and L.remat_ok(src):
+    if not L.target.registers_addressable and L.remat_ok(src):
         expr = L.eval_at(src, ix.c32(0))  # computed alike by every thread
     else:
         base, flat = L.at(src, [ix.c32(0)] * src.type.rank)  # through slices (split)
         (arr,) = L.addressable(base)
         expr = Index(arr, flat)
-    L._result_var(op.result, expr)
+    L.result_var(op.result, expr)

@@ -46,9 +46,10 @@ from kdsl.ir.loop import (
 )
 from kdsl.ir.types import DType, int32
 
-from . import lower_index as ix
-from .lower_elementwise import register_type, rounded
-from .lower_reduce import combine_custom
+from . import index as ix
+from .context import LoweringContext
+from .elementwise import register_type, rounded
+from .reduce import combine_custom
 
 # Built-in scan kinds -> the Loop IR binary op of one step (rounded as that op's result).
 _STEP = {"sum": "add", "prod": "mul"}
@@ -56,7 +57,7 @@ _STEP = {"sum": "add", "prod": "mul"}
 Step = Callable[[list[Var], list[Expr], list[Stmt]], None]
 
 
-def _stepper(L, op: tile.Op) -> Step:
+def _stepper(L: LoweringContext, op: tile.Op) -> Step:
     """`step(accs, xs, out)` appends `accs = combine(accs, xs)` to `out`; xs are Vars."""
     kind = op.attrs["op"]
     if kind == "custom":
@@ -72,7 +73,7 @@ def _stepper(L, op: tile.Op) -> Step:
 class _Scan:
     """The operands, their addressable arrays and the index maps of one scan op."""
 
-    def __init__(self, L, op: tile.Op):
+    def __init__(self, L: LoweringContext, op: tile.Op):
         self.L, self.op = L, op
         self.xs = op.operands
         self.axis, self.reverse = op.attrs["axis"], op.attrs["reverse"]
@@ -112,15 +113,15 @@ class _Scan:
         return [self.L.var(hint, t) for t in self.ts]
 
 
-def lower_scan(L, op: tile.Op) -> None:
+def lower_scan(L: LoweringContext, op: tile.Op) -> None:
     s = _Scan(L, op)
-    if L.T == 1:
+    if L.target.one_thread_per_program:
         _one_thread(s)
     else:
         _threads(s)
 
 
-def _nest(L, dims: list[tuple[str, int]], build: Callable[..., list[Stmt]],
+def _nest(L: LoweringContext, dims: list[tuple[str, int]], build: Callable[..., list[Stmt]],
           out: list[Stmt]) -> None:
     """Nested loops over `dims` (hint, extent; extent 1 gives the constant 0 and no loop),
     outermost first, around the statements `build(*indices)` returns."""
@@ -154,7 +155,9 @@ def _one_thread(s: _Scan) -> None:
                 body.append(For(q, ix.c32(1), ix.c32(R), ix.c32(1), inner))
             return body
 
-        _nest(L, [("a", s.A)], line, L.out)
+        top: list[Stmt] = []
+        _nest(L, [("a", s.A)], line, top)
+        L.emit(*top)
     else:
         # Rows of B inner elements: each row combines with the previous row of the result.
         def first_row(a: Expr, b: Expr) -> list[Stmt]:
@@ -187,7 +190,9 @@ def _one_thread(s: _Scan) -> None:
                 body.append(For(q, ix.c32(1), ix.c32(R), ix.c32(1), inner))
             return body
 
-        _nest(L, [("a", s.A)], rows, L.out)
+        top = []
+        _nest(L, [("a", s.A)], rows, top)
+        L.emit(*top)
     for r, o in zip(s.op.results, outs):
         L.regs[r.id] = o
 
@@ -236,7 +241,7 @@ def _threads(s: _Scan) -> None:
         body.extend(ArrayStore(t_, v, c) for t_, c in zip(tot, accs))
         return body
 
-    L.out.extend(_per_worker(L, n, worker))
+    L.emit(*_per_worker(L, n, worker))
     L.barrier()
 
     # Phase 2: inclusive prefixes of each line's chunk totals (Hillis-Steele).
@@ -250,7 +255,7 @@ def _threads(s: _Scan) -> None:
         read: list[Stmt] = [Assign(c, Index(t_, ix.add(v, ix.c32(-d)))) for c, t_ in zip(left, tot)]
         read += [Assign(c, Index(t_, v)) for c, t_ in zip(right, tot)]
         s.step(left, right, read)
-        L.out.append(If(cond, read))
+        L.emit(If(cond, read))
         L.barrier()
         L.emit(If(cond, [ArrayStore(t_, v, c) for t_, c in zip(tot, left)]))
         L.barrier()
@@ -262,7 +267,7 @@ def _threads(s: _Scan) -> None:
     if P == 1:
         for r, o_ in zip(s.op.results, out_sh):
             L.bind(r, Index(o_, g.e), g)
-            L.staged[r.id] = o_  # the final values, by flat index, in this epoch's memory
+            L.note_staged(r, o_)  # the final values, by flat index, in this epoch's memory
         return
     e = g.e
     dims3 = (s.A, R, B)
@@ -292,7 +297,7 @@ def _line_chunk(v: Expr, O: int, P: int) -> tuple[Expr, Expr]:
     return ix.div(v, P), ix.mod(v, P)
 
 
-def _per_worker(L, n: int, worker: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
+def _per_worker(L: LoweringContext, n: int, worker: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
     """Statements running `worker(v)` for every virtual worker v < n, v = tid + j*T."""
     T = L.T
     loops = -(-n // T)

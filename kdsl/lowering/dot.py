@@ -23,10 +23,11 @@ from kdsl.ir.loop import ArrayStore, Assign, Binary, Cast, Expr, Fma, For, Index
 from kdsl.ir.types import int32
 from kdsl.target import Target
 
-from . import lower_index as ix
-from .lower_dot_cpu import cpu_dot
-from .lower_dot_mma import tensor_core_dot
-from .lower_elementwise import HALF, register_type, rounded
+from . import index as ix
+from .context import LoweringContext
+from .dot_cpu import cpu_dot
+from .dot_mma import tensor_core_dot
+from .elementwise import HALF, register_type, rounded
 
 DotStrategy = Callable[[object, tile.Op], None]
 
@@ -35,7 +36,7 @@ def _widen(x: Expr, t) -> Expr:
     return x if x.dtype == t else Cast(x, t)
 
 
-def generic_dot(L, op: tile.Op) -> None:
+def generic_dot(L: LoweringContext, op: tile.Op) -> None:
     a, b, c = op.operands
     M, K = a.shape
     N = b.shape[1]
@@ -58,7 +59,7 @@ def generic_dot(L, op: tile.Op) -> None:
     L.bind(op.result, rounded(acc, op.result.type.elem), g)
 
 
-def rows_dot(L, op: tile.Op) -> None:
+def rows_dot(L: LoweringContext, op: tile.Op) -> None:
     """One thread (the CPU): `out = acc; for m, k: out[m, :] += a[m, k] * b[k, :]`.  The
     innermost loop runs over contiguous n, so it vectorises; each output element still sees
     the same sequence of fused multiply-adds as in `generic_dot` (bitwise equal results)."""
@@ -97,8 +98,8 @@ def rows_dot(L, op: tile.Op) -> None:
 DOT_STRATEGIES: dict[str, DotStrategy] = {
     # warp-level mma where types and shapes allow it, else the generic strategy
     "tensor_cores": partial(tensor_core_dot, fallback=generic_dot),
-    # one thread (the CPU): register-blocked micro-kernel (lower_dot_cpu.py)
-    "cpu_microkernel": cpu_dot,
+    # one thread (the CPU): register-blocked micro-kernel (dot_cpu.py)
+    "cpu_microkernel": partial(cpu_dot, fallback=rows_dot),
 }
 
 
@@ -106,4 +107,5 @@ def dot_strategy(target: Target) -> DotStrategy:
     for cap, strategy in DOT_STRATEGIES.items():
         if target.has(cap):
             return strategy
-    return rows_dot if target.threads == 1 else generic_dot
+    # one thread walks whole tiles: the row order keeps the innermost loop contiguous
+    return rows_dot if target.tile_loops else generic_dot

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from kdsl.ir import tile
 from kdsl.ir.loop import Assign, Cast, Expr, For, If, While
 
-from .lower_elementwise import register_type
+from .elementwise import register_type
 
 if TYPE_CHECKING:
-    from .lower_tiles import Lowerer
+    from .context import LoweringContext
 
 
-def lower_for(L: Lowerer, op: tile.Op) -> None:
+def lower_for(L: LoweringContext, op: tile.Op) -> None:
     L.close()
     lo, hi, step, *inits = op.operands
     body = op.regions[0]
@@ -42,7 +42,7 @@ def lower_for(L: Lowerer, op: tile.Op) -> None:
         L.bind_storage(r, st)
 
 
-def lower_while(L: Lowerer, op: tile.Op) -> None:
+def lower_while(L: LoweringContext, op: tile.Op) -> None:
     L.close()
     cond_block, body = op.regions
     before = [L.storage(a, a.name or "w") for a in cond_block.args]
@@ -68,7 +68,7 @@ def lower_while(L: Lowerer, op: tile.Op) -> None:
         L.bind_storage(r, st)
 
 
-def lower_if(L: Lowerer, op: tile.Op) -> None:
+def lower_if(L: LoweringContext, op: tile.Op) -> None:
     L.close()
     results = [L.storage(r, r.name or "ifr") for r in op.results]
     branches = []

@@ -47,8 +47,9 @@ from kdsl.ir.loop import (
 )
 from kdsl.ir.types import DType, int1, int32
 
-from . import lower_index as ix
-from .lower_elementwise import ELEMENTWISE, register_type, rounded
+from . import index as ix
+from .context import LoweringContext
+from .elementwise import ELEMENTWISE, register_type, rounded
 
 INT32_MAX = 2**31 - 1
 
@@ -95,7 +96,7 @@ def _better(kind: str, x: Expr, xi: Expr, acc: Acc) -> Expr:
     return take
 
 
-def combine_custom(L, region: tile.Block, accs: list[Var], xs: list[Expr],
+def combine_custom(L: LoweringContext, region: tile.Block, accs: list[Var], xs: list[Expr],
                    out: list[Stmt]) -> None:
     """Append `accs = combine(*accs, *xs)` to `out`: a combine region lowered as scalar Loop IR
     (its ops are element-wise, so the element-wise table builds each one), one variable per
@@ -114,7 +115,7 @@ def combine_custom(L, region: tile.Block, accs: list[Var], xs: list[Expr],
         env[op.result.id] = e
 
 
-def _assign_all(L, accs: list[Var], vals: list[Expr], out: list[Stmt]) -> None:
+def _assign_all(L: LoweringContext, accs: list[Var], vals: list[Expr], out: list[Stmt]) -> None:
     """`accs = vals` at once: a value that is another accumulator (a combine returning its
     arguments swapped) is copied to a temporary before any accumulator is written."""
     pending = [(a, v) for a, v in zip(accs, vals) if v is not a]
@@ -128,7 +129,7 @@ def _assign_all(L, accs: list[Var], vals: list[Expr], out: list[Stmt]) -> None:
     out.extend(Assign(a, v) for a, v in pending)
 
 
-def combine(L, kind: str, acc: Acc, xs: list[Expr], xi: Expr | None, out: list[Stmt]) -> None:
+def combine(L: LoweringContext, kind: str, acc: Acc, xs: list[Expr], xi: Expr | None, out: list[Stmt]) -> None:
     """Append `acc = acc (op) x` statements to `out` (x: one value per operand)."""
     x = xs[0]
     if kind == "custom":
@@ -144,7 +145,7 @@ def combine(L, kind: str, acc: Acc, xs: list[Expr], xi: Expr | None, out: list[S
         out.append(Assign(acc.idx, Select(take, xi, acc.idx)))
 
 
-def reduce_loop(L, kind: str, ts: list[DType], srcs: list[Array], src_idx: Array | None,
+def reduce_loop(L: LoweringContext, kind: str, ts: list[DType], srcs: list[Array], src_idx: Array | None,
                 index: Callable[[Expr], list[Expr]], lo: Expr, hi: int, step: int,
                 out: list[Stmt]) -> Acc:
     """Append `acc = reduce(src[index(r)] for r in range(lo, hi, step))` to `out`, for each
@@ -190,12 +191,13 @@ def reduce_loop(L, kind: str, ts: list[DType], srcs: list[Array], src_idx: Array
 PARTIALS = 64
 
 
-def _use_partials(L, kind: str, t: DType, lo: Expr, hi: int, step: int) -> bool:
-    return (L.T == 1 and kind == "sum" and t.is_float and step == 1 and hi >= 2 * PARTIALS
+def _use_partials(L: LoweringContext, kind: str, t: DType, lo: Expr, hi: int, step: int) -> bool:
+    return (L.target.one_thread_per_program and kind == "sum" and t.is_float and step == 1
+            and hi >= 2 * PARTIALS
             and isinstance(lo, Const) and lo.value == 0 and L.target.has("reduce_partials"))
 
 
-def _partial_sum(L, t: DType, src: Array, index: Callable[[Expr], Expr], hi: int, acc: Var,
+def _partial_sum(L: LoweringContext, t: DType, src: Array, index: Callable[[Expr], Expr], hi: int, acc: Var,
                  out: list[Stmt]) -> None:
     V = PARTIALS
     part = L.array("part", t, V)
@@ -216,7 +218,7 @@ def _partial_sum(L, t: DType, src: Array, index: Callable[[Expr], Expr], hi: int
                    [Assign(acc, Binary("add", acc, Index(part, j)))]))
 
 
-def lower_reduce(L, op: tile.Op) -> None:
+def lower_reduce(L: LoweringContext, op: tile.Op) -> None:
     xs, kind, axis = op.operands, op.attrs["op"], op.attrs["axis"]
     x, res = xs[0], op.results[0]
     R = x.shape[axis]
@@ -237,7 +239,7 @@ def lower_reduce(L, op: tile.Op) -> None:
         return lambda r: [L.at(v, out_coords[:axis] + [r] + out_coords[axis:])[1] for v in xs]
 
     P = 1
-    if L.T > 1 and O < L.T:
+    if O < L.T:  # more threads than outputs: two phases keep them busy
         while P * 2 * O <= L.T and P * 2 <= R:
             P *= 2
     if P > 1:
@@ -250,8 +252,10 @@ def lower_reduce(L, op: tile.Op) -> None:
         srcs, src_idx, count, row = arrs, None, R, x_index
 
     if res.type.is_scalar:
+        stmts: list[Stmt] = []
         acc = reduce_loop(L, kind, acc_ts, srcs, src_idx, row(ix.c32(0)), ix.c32(0), count, 1,
-                          L.out)
+                          stmts)
+        L.emit(*stmts)
         _bind_scalar(L, op.results, kind, acc)
         return
     g = L.open_group(O)
@@ -271,7 +275,7 @@ def _finish(kind: str, acc: Acc, results: list[tile.Value]) -> list[Expr]:
     return list(acc.vals)
 
 
-def _bind_scalar(L, results: list[tile.Value], kind: str, acc: Acc) -> None:
+def _bind_scalar(L: LoweringContext, results: list[tile.Value], kind: str, acc: Acc) -> None:
     """Make the finished accumulator the value of the scalar results."""
     for res, value in zip(results, _finish(kind, acc, results)):
         if not any(value is v for v in (*acc.vals, acc.idx)):
@@ -281,7 +285,7 @@ def _bind_scalar(L, results: list[tile.Value], kind: str, acc: Acc) -> None:
         L.scalars[res.id] = value
 
 
-def _fused_partial_sum(L, op: tile.Op, kind: str, t: DType, R: int) -> Acc | None:
+def _fused_partial_sum(L: LoweringContext, op: tile.Op, kind: str, t: DType, R: int) -> Acc | None:
     """A whole-tile float sum (the norms' `sum(x * x)`) accumulated inside the element loop
     that computes x, or None where this does not apply.
 
@@ -293,29 +297,29 @@ def _fused_partial_sum(L, op: tile.Op, kind: str, t: DType, R: int) -> Acc | Non
     bit-identical to `_partial_sum`."""
     g = L.group
     x = L.canon(op.operands[0])
-    if not (g is not None and kind == "sum" and t.is_float and L.T == 1
+    if not (g is not None and kind == "sum" and t.is_float and L.target.one_thread_per_program
             and L.target.has("reduce_partials") and g.n == R and x.type.numel == R
             and R % PARTIALS == 0 and R >= 2 * PARTIALS and g.vec is None and not g.loops
-            and x.id in L.cur):
+            and L.in_group(x)):
         return None
     V = PARTIALS
     part = L.array("part", t, V)
     j, rb = L.var("j", int32), L.var("rb", int32)
     zero = identity("sum", t)
-    L.out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1), [ArrayStore(part, j, zero)]))
+    L.emit(For(j, ix.c32(0), ix.c32(V), ix.c32(1), [ArrayStore(part, j, zero)]))
     g.dims, g.loops = (R // V, V), (rb, j)
     ix.nest(g.k, g.dims, g.loops)
     g.body.append(ArrayStore(part, j, Binary("add", Index(part, j), L.read(x))))
     g.ops.add(id(op))  # x (if nothing else reads it) needs no array
     L.close()
     acc = Acc([L.var("acc", t)])
-    L.out.append(Assign(acc.val, zero))
-    L.out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1),
+    L.emit(Assign(acc.val, zero))
+    L.emit(For(j, ix.c32(0), ix.c32(V), ix.c32(1),
                      [Assign(acc.val, Binary("add", acc.val, Index(part, j)))]))
     return acc
 
 
-def _phase1(L, kind, ts, arrs, x_index, O, P, R) -> tuple[list[Array], Array | None]:
+def _phase1(L: LoweringContext, kind, ts, arrs, x_index, O, P, R) -> tuple[list[Array], Array | None]:
     """Partials of O*P virtual elements (one per thread) into shared arrays (one per operand)."""
     n = O * P
     parts = [L.shared("part", t, n) for t in ts]
@@ -330,6 +334,6 @@ def _phase1(L, kind, ts, arrs, x_index, O, P, R) -> tuple[list[Array], Array | N
         stmts.append(ArrayStore(part_i, v, acc.idx))
     if n < L.T:
         stmts = [If(Binary("lt", v, ix.c32(n)), stmts)]
-    L.out.extend(stmts)
+    L.emit(*stmts)
     L.barrier()
     return parts, part_i
