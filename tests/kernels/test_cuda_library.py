@@ -53,6 +53,15 @@ def _calls(dtype: str):
     for bits, w in ((8, np.zeros((64, 32), np.int8)), (4, np.zeros((32, 32), np.uint8))):
         yield f"quant_int{bits}", lambda bits=bits, w=w: K.quant_matmul(
             r(8, 64), w, np.ones((2, 32), np.float32), 32, bits, backend="cuda")
+    layout = np.array([[True, False], [True, True]])
+    for block in (32, 128):
+        yield f"block_sparse_{block}", lambda block=block: K.block_sparse_matmul(
+            r(40, 2 * block), r(3, block, block), layout, block, np.ones(2 * block, np.float32),
+            "gelu", backend="cuda")
+    yield "sparsify_2_4", lambda: K.sparsify_2_4(r(64, 48), backend="cuda")
+    values, meta = K.reference.sparsify_2_4(r(64, 48))
+    yield "semi_structured", lambda: K.semi_structured_matmul(
+        r(40, 64), K.reference.cast(values, dtype), meta, f32[:48], "relu", backend="cuda")
 
 
 class _Recorder:

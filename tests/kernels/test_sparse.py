@@ -235,3 +235,19 @@ def test_semi_structured_bad_inputs():
         sparsify_2_4(np.zeros((6, 2), np.float32))
     with pytest.raises(TypeError, match="w: dtype int8"):
         sparsify_2_4(np.zeros((4, 2), np.int8))
+
+
+def test_torch_tensors_come_back_as_torch(rng):
+    torch = pytest.importorskip("torch")
+    layout = torch.tensor([[True, False], [True, True]])
+    a = torch.randn(5, 32).to(torch.bfloat16)
+    bb = torch.randn(3, 16, 16).to(torch.bfloat16)
+    c = block_sparse_matmul(a, bb, layout, 16)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.bfloat16
+    check(R.to_float64(c), R.block_sparse_matmul(a, bb, layout, 16), "bfloat16", k=32)
+    values, meta = sparsify_2_4(torch.randn(16, 6))
+    assert isinstance(values, torch.Tensor) and meta.dtype == torch.int8
+    x = torch.randn(3, 16)
+    y = semi_structured_matmul(x, values, meta)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float32
+    check(y, R.semi_structured_matmul(x, values, meta), "float32", k=8)
