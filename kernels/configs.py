@@ -188,6 +188,14 @@ SEMI_STRUCTURED: dict[str, list[Row]] = {
                           "num_warps": 1})],
 }
 
+# semi_structured_matmul on CUDA with float16/bfloat16 (kd.sparse_dot, mma.sp): BLOCK_N is
+# the sparse operand's rows (multiple of 16), BLOCK_M the dense one's columns (of 8), BLOCK_K
+# the logical K step (of 32); the whole BLOCK_N x BLOCK_M accumulator is one exchange.
+SEMI_STRUCTURED_MMA: dict[str, list[Row]] = {
+    "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
+                       "num_warps": 4})],
+}
+
 # sparsify_2_4, size = K * N
 SPARSIFY: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_G": 8, "BLOCK_N": 64, "num_warps": 4})],

@@ -338,6 +338,45 @@ def semi_structured_kernel(xt_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K2, ldx,
 
 
 @kd.jit
+def semi_structured_mma_kernel(x_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K, ldx,
+                               BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr,
+                               BLOCK_K: kd.constexpr, GROUP_M: kd.constexpr,
+                               HAS_BIAS: kd.constexpr, ACT: kd.constexpr,
+                               X_T: kd.constexpr = False, WIDE: kd.constexpr = False):
+    # The transposed product y^T = W^T x^T with kd.sparse_dot: W^T [N, K] is 2:4-sparse along
+    # its rows, as the sparse operand of mma.sp must be (CUDA, float16/bfloat16).  A program
+    # computes acc[n, m] for BLOCK_N columns and BLOCK_M rows, BLOCK_K of K per step; x[m, k]
+    # at m * ldx + k (or m + k * ldx when X_T).  Padding (past K or N) gets values 0 at
+    # indices 0 and 1: valid metadata that adds nothing.
+    pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rm = widen(pid_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
+    rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
+    rj = kd.arange(0, BLOCK_K // 2)
+    rk = kd.arange(0, BLOCK_K)
+    m_ok = rm[None, :] < M
+    n_ok = rn[:, None] < N
+    acc = kd.zeros((BLOCK_N, BLOCK_M), dtype=kd.float32)
+    for k0 in range(0, K, BLOCK_K):
+        js = widen(k0 // 2 + rj, WIDE)
+        ks = widen(k0 + rk, WIDE)
+        w_ok = n_ok & (js[None, :] < K // 2)
+        w_offs = js[None, :] * N + rn[:, None]
+        vt = kd.load(v_ptr + w_offs, mask=w_ok, other=0.0)
+        mt = kd.where(w_ok, kd.load(m_ptr + w_offs, mask=w_ok, other=0).to(kd.int32),
+                      (rj % 2)[None, :])
+        if X_T:
+            x_offs = ks[:, None] * ldx + rm[None, :]
+        else:
+            x_offs = ks[:, None] + rm[None, :] * ldx
+        xt = kd.load(x_ptr + x_offs, mask=(ks[:, None] < K) & m_ok, other=0.0)
+        acc = kd.sparse_dot(vt, mt, xt, acc)
+    if HAS_BIAS:
+        acc += kd.load(bias_ptr + rn, mask=rn < N, other=0.0).to(kd.float32)[:, None]
+    acc = apply_activation(acc, ACT)
+    kd.store(c_ptr + rm[None, :] * N + rn[:, None], acc, mask=m_ok & n_ok)
+
+
+@kd.jit
 def transpose_pad_kernel(x_ptr, y_ptr, R, C, ldx, ldy, BLOCK: kd.constexpr,
                          X_T: kd.constexpr = False):
     # y [C, ldy] = x [R, C]^T with zeros in columns R .. ldy - 1; x[r, c] at r * ldx + c, or
@@ -376,6 +415,9 @@ def _transposed(x: Arg, tile_m: int, backend: str) -> tuple[Arg, int]:
 
 
 META_DTYPES = ("int8", "uint8")
+# The sparse tensor-core kernel (kd.sparse_dot -> mma.sp): these backends and input dtypes.
+MMA_SP_BACKENDS = ("cuda",)
+MMA_SP_DTYPES = ("float16", "bfloat16")
 
 
 def _check_meta(meta: Arg) -> None:
@@ -416,13 +458,25 @@ def semi_structured_matmul(x: Any, values: Any, meta: Any, bias: Any = None,
     out = empty(x_, (M, N), x_.dtype)
     if M == 0 or N == 0:
         return result(out)
+    bias_arg = (bias_ if bias_ is not None else v).kernel_arg  # unread when no bias
+    flags = {"HAS_BIAS": bias_ is not None, "ACT": act}
+    if be in MMA_SP_BACKENDS and x_.dtype in MMA_SP_DTYPES:
+        cfg = configs.pick(configs.SEMI_STRUCTURED_MMA, be, M * N)
+        xb, x_t, ldx, _ = blas_layout(x_)
+        if x_t:
+            flags["X_T"] = True
+        if wide_offsets(xb, v, out):
+            flags["WIDE"] = True
+        grid = (kd.cdiv(M, cfg["BLOCK_M"]) * kd.cdiv(N, cfg["BLOCK_N"]),)
+        semi_structured_mma_kernel[grid](xb.kernel_arg, v.kernel_arg, mt.data, bias_arg,
+                                         out.kernel_arg, M, N, K, ldx, backend=be, **flags,
+                                         **cfg)
+        return result(out)
     cfg = configs.pick(configs.SEMI_STRUCTURED, be, M * N)
     xt, ldx = _transposed(x_, cfg["BLOCK_M"], be)
-    flags = {"HAS_BIAS": bias_ is not None, "ACT": act}
     if wide_offsets(xt, v, out):
         flags["WIDE"] = True
     grid = (kd.cdiv(M, cfg["BLOCK_M"]) * kd.cdiv(N, cfg["BLOCK_N"]),)
-    semi_structured_kernel[grid](xt.kernel_arg, v.kernel_arg, mt.data,
-                                 (bias_ if bias_ is not None else v).kernel_arg, out.kernel_arg,
-                                 M, N, K // 2, ldx, backend=be, **flags, **cfg)
+    semi_structured_kernel[grid](xt.kernel_arg, v.kernel_arg, mt.data, bias_arg,
+                                 out.kernel_arg, M, N, K // 2, ldx, backend=be, **flags, **cfg)
     return result(out)

@@ -88,6 +88,7 @@ from .lower_caps import check_target
 from .lower_control import lower_for, lower_if, lower_while
 from .lower_debug import DEBUG_LOWERINGS, drop_breakpoints
 from .lower_dot import dot_strategy
+from .lower_dot_sparse import sparse_tensor_core_dot
 from .lower_elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
 from .lower_gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .lower_reduce import lower_reduce
@@ -871,6 +872,7 @@ def _atomic_stmts(op: tile.Op, xs: list[Expr], res: Var | None) -> list[Stmt]:
 _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
     "reduce": lower_reduce, "scan": lower_scan, "dot": _lower_dot, **DEBUG_LOWERINGS,
+    "sparse_dot": sparse_tensor_core_dot,  # mma.sp where it applies, else generic
     "gather": lower_gather, "histogram": lower_histogram,
     "reshape": lower_unsplat,  # the only reshape not an alias: a one-element tile to a scalar
 }

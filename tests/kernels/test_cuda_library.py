@@ -64,6 +64,20 @@ def _calls(dtype: str):
         r(40, 64), K.reference.cast(values, dtype), meta, f32[:48], "relu", backend="cuda")
 
 
+def test_semi_structured_uses_sparse_tensor_cores(monkeypatch):
+    """float16/bfloat16 2:4 products take the mma.sp kernel on CUDA, float32 the gather one."""
+    seen: list = []
+    monkeypatch.setattr(kd.JITFunction, "__getitem__", lambda self, grid: _Recorder(self, seen))
+    rng = np.random.default_rng(0)
+    for dtype, sparse_mma in (("float16", True), ("bfloat16", True), ("float32", False)):
+        seen.clear()
+        values, meta = K.reference.sparsify_2_4(rng.standard_normal((64, 48)))
+        K.semi_structured_matmul(rand(rng, (40, 64), dtype), K.reference.cast(values, dtype),
+                                 meta, backend="cuda")
+        sources = "".join(ck.source for _, ck in seen)
+        assert ("kd_mma_sp_m16n8k32" in sources) == sparse_mma, dtype
+
+
 class _Recorder:
     def __init__(self, jit, seen):
         self.jit, self.seen = jit, seen
