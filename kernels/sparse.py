@@ -56,9 +56,12 @@ def block_sparse_kernel(a_ptr, b_ptr, col_ptr, row_idx, blk_idx, bias_ptr, c_ptr
                         BLOCK: kd.constexpr, BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr,
                         BLOCK_K: kd.constexpr, GROUP_M: kd.constexpr, HAS_BIAS: kd.constexpr,
                         ACT: kd.constexpr, A_T: kd.constexpr = False,
-                        WIDE: kd.constexpr = False):
+                        WIDE: kd.constexpr = False, ROW_PTRS: kd.constexpr = False):
     # a[m, k] at m * lda + k (or m + k * lda when A_T); the tiles of b are block x block
-    # row-major, tile t at t * BLOCK * BLOCK (an int64 scalar base).
+    # row-major, tile t at t * BLOCK * BLOCK (an int64 scalar base).  ROW_PTRS (the CPU):
+    # tiles are read through one pointer per row plus the column index, unmasked (rows past M
+    # read row M - 1; they are never stored), an address the CPU backend's vectoriser reads
+    # as consecutive; a data-dependent offset inside the index would make every load a gather.
     pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     col = (pid_n * BLOCK_N) // BLOCK          # block column
     n_in = (pid_n * BLOCK_N) % BLOCK          # first column inside the block
@@ -70,17 +73,23 @@ def block_sparse_kernel(a_ptr, b_ptr, col_ptr, row_idx, blk_idx, bias_ptr, c_ptr
     acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
     first = kd.load(col_ptr + col)
     last = kd.load(col_ptr + col + 1)
+    a_rows = a_ptr + kd.minimum(rm, M - 1).to(kd.int64) * lda  # ROW_PTRS only
+    lb = kd.arange(0, BLOCK_N)
     for p in range(first, last):
         k_base = kd.load(row_idx + p) * BLOCK
         b_tile = b_ptr + kd.load(blk_idx + p).to(kd.int64) * (BLOCK * BLOCK)
         for kk in range(0, BLOCK, BLOCK_K):
-            ks = widen(k_base + kk + rk, WIDE)
-            if A_T:
-                a_offs = rm[:, None] + ks[None, :] * lda
+            if ROW_PTRS and not A_T:
+                a = kd.load((a_rows + (k_base + kk))[:, None] + rk[None, :])
+                b = kd.load((b_tile + (kk + rk) * BLOCK + n_in)[:, None] + lb[None, :])
             else:
-                a_offs = rm[:, None] * lda + ks[None, :]
-            a = kd.load(a_ptr + a_offs, mask=m_ok, other=0.0)
-            b = kd.load(b_tile + (kk + rk)[:, None] * BLOCK + rb[None, :])
+                ks = widen(k_base + kk + rk, WIDE)
+                if A_T:
+                    a_offs = rm[:, None] + ks[None, :] * lda
+                else:
+                    a_offs = rm[:, None] * lda + ks[None, :]
+                a = kd.load(a_ptr + a_offs, mask=m_ok, other=0.0)
+                b = kd.load(b_tile + (kk + rk)[:, None] * BLOCK + rb[None, :])
             acc = kd.dot(a, b, acc)
     if HAS_BIAS:
         acc += kd.load(bias_ptr + rn).to(kd.float32)[None, :]
@@ -143,6 +152,8 @@ def _device_index(key: tuple, index: tuple, like: Arg) -> tuple:
 
 
 BLOCK_MIN, BLOCK_MAX = 16, 128
+# Backends whose block-sparse kernel reads tiles through row pointers (see the kernel).
+ROW_POINTER_BACKENDS = ("llvm",)
 
 
 def _check_block(block: Any) -> int:
@@ -199,6 +210,8 @@ def block_sparse_matmul(a: Any, b_blocks: Any, layout: Any, block: int, bias: An
     flags = {"HAS_BIAS": bias_ is not None, "ACT": act}
     if a_t:
         flags["A_T"] = True
+    if be in ROW_POINTER_BACKENDS:
+        flags["ROW_PTRS"] = True
     if wide_offsets(a_, bb, out):
         flags["WIDE"] = True
     grid = (kd.cdiv(M, meta["BLOCK_M"]) * (N // bn),)

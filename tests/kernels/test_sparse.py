@@ -39,7 +39,7 @@ def test_block_sizes_densities(backend, rng, block, density):
     layout = rng.random((nbk, nbn)) < density
     if 0 < density < 1:
         layout[0, 0], layout[-1, -1] = True, False
-    a = rand(rng, (21, nbk * block), "float32")
+    a = rand(rng, (70, nbk * block), "float32")  # ragged, several row tiles
     bb = blocks_for(rng, layout, block, "float32")
     c = block_sparse_matmul(a, bb, layout, block, backend=backend)
     check(c, R.block_sparse_matmul(a, bb, layout, block), "float32", k=nbk * block)
