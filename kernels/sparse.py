@@ -18,8 +18,10 @@ that matrix: `y[m, n] = sum_j values[j, n] * x[m, 4 * (j // 2) + meta[j, n]]`.  
 kernel is a gather-FMA loop doing half the multiplies of the dense product: a program owns a
 transposed BLOCK_N x BLOCK_M output tile, and for each kept row j of its columns it reads the
 row `4 * (j // 2) + meta[j, n]` of x^T (contiguous along M) and adds it scaled by
-`values[j, n]`; x is read through a column-major view (a transposed copy unless the caller's
-x is one already).
+`values[j, n]`; x^T is a copy made by a kernel, its rows padded to whole tiles.  On CUDA,
+float16 and bfloat16 take the sparse tensor cores instead: the transposed product y^T = W^T x^T
+with `kd.sparse_dot` (W^T is 2:4-sparse along its rows, as mma.sp's sparse operand must be),
+the instruction's metadata built in the kernel from `meta` (kdsl/passes/lower_dot_sparse.py).
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ def block_sparse_kernel(a_ptr, b_ptr, col_ptr, row_idx, blk_idx, bias_ptr, c_ptr
     acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
     first = kd.load(col_ptr + col)
     last = kd.load(col_ptr + col + 1)
-    a_rows = a_ptr + kd.minimum(rm, M - 1).to(kd.int64) * lda  # ROW_PTRS only
-    lb = kd.arange(0, BLOCK_N)
+    if ROW_PTRS:
+        a_rows = a_ptr + kd.minimum(rm, M - 1).to(kd.int64) * lda
+        lb = kd.arange(0, BLOCK_N)
     for p in range(first, last):
         k_base = kd.load(row_idx + p) * BLOCK
         b_tile = b_ptr + kd.load(blk_idx + p).to(kd.int64) * (BLOCK * BLOCK)
@@ -116,12 +119,16 @@ def layout_index(layout: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """(col_ptr [nbn + 1], row_idx [nnz], blk_idx [nnz]) int32 of a boolean block layout
     [nbk, nbn]: block column c's nonzero blocks are rows row_idx[col_ptr[c]:col_ptr[c + 1]]
     (ascending), their tiles b_blocks[blk_idx[...]] (row-major numbering of `layout`)."""
-    layout = np.asarray(layout, bool)
+    return _cached_index(np.asarray(layout, bool))[1]
+
+
+def _cached_index(layout: np.ndarray) -> tuple[tuple, tuple[np.ndarray, ...]]:
+    """(cache key, `layout_index` arrays) of a boolean layout."""
     key = (layout.shape, np.packbits(layout).tobytes())
     hit = _INDEX_CACHE.get(key)
     if hit is not None:
         _INDEX_CACHE.move_to_end(key)
-        return hit
+        return key, hit
     number = np.cumsum(layout.ravel()).reshape(layout.shape) - 1  # row-major tile numbers
     rows, cols = np.nonzero(layout.T)          # column by column, rows ascending
     counts = np.bincount(rows, minlength=layout.shape[1]) if layout.size else np.zeros(
@@ -129,7 +136,7 @@ def layout_index(layout: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     col_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     row_idx = cols.astype(np.int32)
     blk_idx = number[cols, rows].astype(np.int32)
-    return _remember(_INDEX_CACHE, key, (col_ptr, row_idx, blk_idx))
+    return key, _remember(_INDEX_CACHE, key, (col_ptr, row_idx, blk_idx))
 
 
 def _device_index(key: tuple, index: tuple, like: Arg) -> tuple:
@@ -201,8 +208,7 @@ def block_sparse_matmul(a: Any, b_blocks: Any, layout: Any, block: int, bias: An
     out = empty(a_, (M, N), a_.dtype)
     if M == 0 or N == 0:
         return result(out)
-    key = (host_layout.shape, np.packbits(host_layout).tobytes())
-    index = _device_index(key, layout_index(host_layout), out)
+    index = _device_index(*_cached_index(host_layout), out)
     a_, a_t, lda, _ = blas_layout(a_)
     meta = configs.pick(configs.BLOCK_SPARSE, be, M)
     bn = _pow2_divisor(block, meta.pop("BLOCK_N"))
