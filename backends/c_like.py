@@ -646,7 +646,11 @@ class CEmitter:
                     f"{offsets[a.name]});  /* [{a.size}] */")
         qual = f"{self.d.shared_qual} " if a.space == "shared" else ""
         if isinstance(a.dtype, PointerType):  # a tile of pointers held per thread
-            return f"{qual}{self.ctype(a.dtype)} {self.names('a', a.name)}[{a.size}];"
+            ct = self.ctype(a.dtype)
+            if qual and ct.startswith("__"):  # OpenCL: `__global float* __local x[n]`, an
+                # array in local memory of pointers to global (not pointers to local)
+                return f"{ct} {qual}{self.names('a', a.name)}[{a.size}];"
+            return f"{qual}{ct} {self.names('a', a.name)}[{a.size}];"
         if a.dtype.name in ("float16", "bfloat16"):
             raise NotImplementedError(f"array {a.name} of {a.dtype} (arrays hold float32)")
         return f"{qual}{self.mem_type(a.dtype)} {self.names('a', a.name)}[{a.size}];"

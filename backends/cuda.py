@@ -98,6 +98,9 @@ MMA_FUNCTIONS = {
     "mma_m16n8k16_f32_f16": "kd_mma_m16n8k16_f16", "mma_m16n8k16_f32_bf16":
     "kd_mma_m16n8k16_bf16", "mma_m16n8k8_f32_tf32": "kd_mma_m16n8k8_tf32",
     "mma_m16n8k32_s32_s8": "kd_mma_m16n8k32_s8",
+    # sparse (kdsl/lowering/dot_sparse.py)
+    "mma_sp_m16n8k32_f32_f16": "kd_mma_sp_m16n8k32_f16",
+    "mma_sp_m16n8k32_f32_bf16": "kd_mma_sp_m16n8k32_bf16",
 }
 
 

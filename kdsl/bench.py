@@ -194,6 +194,8 @@ DEFAULT_SWEEPS: dict[str, list[int]] = {
     "rms_norm": [256, 1024, 4096, 16384], "matmul": [128, 256, 512, 1024],
     "mlp": [64, 128, 256, 512], "attention": [128, 256, 512, 1024],
     "decode_attention": [64, 256, 1024], "quant_matmul": [256, 512, 1024, 2048],
+    "block_sparse_matmul": [512, 1024, 2048], "sparsify_2_4": [1024, 4096],
+    "semi_structured_matmul": [256, 512, 1024],
 }
 
 

@@ -842,9 +842,33 @@ def _make_quant(s: tuple, dt: Any, rng: Any) -> tuple[tuple, dict]:
     return (_r(rng, (m, k), dt), wq, scales, group, 8), {}
 
 
+def _make_block_sparse(s: tuple, dt: Any, rng: Any) -> tuple[tuple, dict]:
+    m, n, k, block, _ = s
+    nb = (k // block) * (n // block)
+    layout = np.zeros(nb, bool)
+    layout[rng.permutation(nb)[:_nnz(s)]] = True   # exactly _nnz(s) blocks (see flops)
+    layout = layout.reshape(k // block, n // block)
+    return (_r(rng, (m, k), dt), _r(rng, (_nnz(s), block, block), dt), layout, block), {}
+
+
+def _nnz(s: tuple) -> int:
+    """Nonzero blocks of a block_sparse_matmul case (M, N, K, block, percent dense)."""
+    _, n, k, block, pct = s
+    return round((k // block) * (n // block) * pct / 100)
+
+
+def _make_24(s: tuple, dt: Any, rng: Any) -> tuple[tuple, dict]:
+    from kdsl.kernels.reference import cast, sparsify_2_4
+    m, n, k = s
+    values, meta = sparsify_2_4(_r(rng, (k, n), dt))
+    return (_r(rng, (m, k), dt), cast(values, dt), meta), {}
+
+
 #: library kernel name -> its case; shapes: softmax/norms (rows, cols), matmul (M, N, K),
 #: mlp (tokens, d, hidden), attention (batch, heads, seq, dim), decode_attention
-#: (batch, heads, dim, seq, block), quant_matmul (M, N, K, group)
+#: (batch, heads, dim, seq, block), quant_matmul (M, N, K, group), block_sparse_matmul
+#: (M, N, K, block, percent of blocks present), sparsify_2_4 (K, N),
+#: semi_structured_matmul (M, N, K)
 CASES: dict[str, Case] = {
     "softmax": Case(lambda s, dt, g: ((_r(g, s, dt),), {}), (64, 1000), lambda s: s[-1],
                     lambda s: 5.0 * s[0] * s[1], lambda s, b: 2.0 * s[0] * s[1] * b,
@@ -879,6 +903,18 @@ CASES: dict[str, Case] = {
                          lambda s: 2.0 * s[0] * s[1] * s[2],
                          lambda s, b: s[0] * s[2] * b + s[2] * s[1] + s[0] * s[1] * b,
                          lambda n: (16, n, n, 32)),
+    "block_sparse_matmul": Case(_make_block_sparse, (48, 128, 128, 32, 50), lambda s: s[2],
+                                lambda s: 2.0 * s[0] * _nnz(s) * s[3] * s[3],
+                                lambda s, b: (s[0] * s[2] + _nnz(s) * s[3] * s[3]
+                                              + s[0] * s[1]) * b,
+                                lambda n: (n, n, n, 64, 10)),
+    "sparsify_2_4": Case(lambda s, dt, g: ((_r(g, s, dt),), {}), (256, 96), lambda s: 1,
+                         lambda s: 0.0, lambda s, b: s[0] * s[1] * b + s[0] // 2 * s[1] * (b + 1),
+                         lambda n: (n, n)),
+    "semi_structured_matmul": Case(_make_24, (48, 96, 128), lambda s: s[2] // 2,
+                                   lambda s: 1.0 * s[0] * s[1] * s[2],
+                                   lambda s, b: (s[0] * s[2] + s[2] // 2 * s[1] + s[0] * s[1])
+                                   * b + s[2] // 2 * s[1], lambda n: (n, n, n)),
 }
 
 

@@ -21,10 +21,12 @@ from .norms import layer_norm, rms_norm
 from .norms_backward import layer_norm_backward, rms_norm_backward
 from .quant import quant_matmul
 from .softmax import softmax, softmax_backward
+from .sparse import block_sparse_matmul, semi_structured_matmul, sparsify_2_4
 
 __all__ = [
            "attention",
            "attention_backward",
+           "block_sparse_matmul",
            "decode_attention",
            "layer_norm",
            "layer_norm_backward",
@@ -34,6 +36,8 @@ __all__ = [
            "reference",
            "rms_norm",
            "rms_norm_backward",
+           "semi_structured_matmul",
            "softmax",
            "softmax_backward",
+           "sparsify_2_4",
 ]

@@ -180,3 +180,52 @@ def search_space(table: dict[str, list[Row]], search: dict[str, list[dict[str, A
         if meta not in out:
             out.append(meta)
     return out
+
+
+# ------------------------------------------------------------------------------ sparse
+# Tables of kernels/sparse.py (a block of their own).
+
+# block_sparse_matmul, size = M.  BLOCK_N and BLOCK_K are caps: the kernel uses the largest
+# power of two dividing the block up to them (a tile never straddles two blocks).
+BLOCK_SPARSE: dict[str, list[Row]] = {
+    "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
+                       "num_warps": 4})],
+    # 64 rows: at 2048^3, 10% dense, as fast as 128 for blocks of 64 and 128 and faster for
+    # 32 (17.8 vs 14.0 GFLOP/s) and 16 (with row-pointer tile reads, kernels/sparse.py)
+    "llvm": [(INF, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                    "num_warps": 1})],
+    "interp": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
+                      "num_warps": 1})],
+    "opencl-cpu": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
+                          "num_warps": 1})],
+}
+
+# semi_structured_matmul (portable gather-FMA kernel), size = M * N.  GROUPS: groups of 4
+# rows of K per step of the K loop (1, 2 or 4).
+SEMI_STRUCTURED: dict[str, list[Row]] = {
+    "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8, "GROUPS": 2,
+                       "num_warps": 4})],
+    # 128x64 with 2 groups a step beat 64x64 (2 or 4 groups), 128x32 and 128x64x4 at 2048^3
+    "llvm": [(INF, {"BLOCK_M": 128, "BLOCK_N": 64, "GROUP_M": 8, "GROUPS": 2,
+                    "num_warps": 1})],
+    "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_M": 4, "GROUPS": 2,
+                      "num_warps": 1})],
+    "opencl-cpu": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "GROUP_M": 8, "GROUPS": 2,
+                          "num_warps": 1})],
+}
+
+# semi_structured_matmul on CUDA with float16/bfloat16 (kd.sparse_dot, mma.sp): BLOCK_N is
+# the sparse operand's rows (multiple of 16), BLOCK_M the dense one's columns (of 8), BLOCK_K
+# the logical K step (of 32); the whole BLOCK_N x BLOCK_M accumulator is one exchange.
+SEMI_STRUCTURED_MMA: dict[str, list[Row]] = {
+    "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
+                       "num_warps": 4})],
+}
+
+# sparsify_2_4, size = K * N
+SPARSIFY: dict[str, list[Row]] = {
+    "default": [(INF, {"BLOCK_G": 8, "BLOCK_N": 64, "num_warps": 4})],
+    "llvm": [(INF, {"BLOCK_G": 16, "BLOCK_N": 128, "num_warps": 1})],
+    "interp": [(INF, {"BLOCK_G": 16, "BLOCK_N": 64, "num_warps": 1})],
+    "opencl-cpu": [(INF, {"BLOCK_G": 8, "BLOCK_N": 64, "num_warps": 1})],
+}

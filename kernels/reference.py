@@ -160,6 +160,56 @@ def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
     return to_float64(x) @ dequantize(w_q, scales, group_size, bits)
 
 
+
+# ------------------------------------------------------------------------------ sparsity
+
+def block_sparse_dense(b_blocks: Any, layout: Any, block: int) -> np.ndarray:
+    """The float64 dense b [K, N] of a block-sparse operand (docs/kernels.md): tile t of
+    `b_blocks` sits at the t-th nonzero of `layout` in row-major order."""
+    lay = _host(layout) != 0
+    tiles = to_float64(b_blocks)
+    b = np.zeros((lay.shape[0] * block, lay.shape[1] * block))
+    for t, (i, j) in enumerate(zip(*np.nonzero(lay))):
+        b[i * block:(i + 1) * block, j * block:(j + 1) * block] = tiles[t]
+    return b
+
+
+def block_sparse_matmul(a: Any, b_blocks: Any, layout: Any, block: int, bias: Any = None,
+                        activation: str | None = None, backend: str | None = None) -> np.ndarray:
+    return matmul(a, block_sparse_dense(b_blocks, layout, block), bias, activation)
+
+
+def sparsify_2_4(w: Any, backend: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(values [K // 2, N] float64, meta [K // 2, N] int8): in each group of 4 rows of a
+    column, the two largest magnitudes (a NaN counts as the largest; ties to the lower
+    index), in index order."""
+    w = to_float64(w)
+    K, N = w.shape
+    g = w.reshape(K // 4, 4, N)
+    mag = np.where(np.isnan(g), np.inf, np.abs(g))
+    # stable sort on -magnitude: equal magnitudes keep index order (ties to the lower index)
+    order = np.argsort(-mag, axis=1, kind="stable")[:, :2]
+    meta = np.sort(order, axis=1)                      # [K // 4, 2, N], index order
+    values = np.take_along_axis(g, meta, axis=1)
+    return values.reshape(K // 2, N), meta.reshape(K // 2, N).astype(np.int8)
+
+
+def semi_structured_dense(values: Any, meta: Any) -> np.ndarray:
+    """The float64 dense w [K, N] of a 2:4 operand: w[4 * (j // 2) + meta[j, n], n] =
+    values[j, n]."""
+    v, m = to_float64(values), _host(meta).astype(np.int64)
+    K2, N = v.shape
+    w = np.zeros((2 * K2, N))
+    rows = 4 * (np.arange(K2) // 2)[:, None] + m
+    np.add.at(w, (rows, np.broadcast_to(np.arange(N), (K2, N))), v)
+    return w
+
+
+def semi_structured_matmul(x: Any, values: Any, meta: Any, bias: Any = None,
+                           activation: str | None = None, backend: str | None = None
+                           ) -> np.ndarray:
+    return matmul(x, semi_structured_dense(values, meta), bias, activation)
+
 # ------------------------------------------------------------------------------ gradients
 
 def softmax_backward(dy: Any, y: Any, axis: int = -1, backend: str | None = None) -> np.ndarray:

@@ -513,6 +513,14 @@ def _h_dot(op, ins, m):
     return [((a @ b) + acc.astype(np.int64)).astype(_cnp(out))]
 
 
+def _h_sparse_dot(op, ins, m):
+    # only the kept values meet b: rows 4 * (j // 2) + (meta & 3) of b for value j
+    a, e, b, acc = (np.asarray(v) for v in ins)
+    rows = 4 * (np.arange(a.shape[1]) // 2) + (e.astype(np.int64) & 3)        # [M, K/2]
+    terms = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[rows]     # [M, K/2, N]
+    return [terms.sum(axis=1).astype(np.float32) + acc]
+
+
 def _h_program_id(op, ins, m):
     return [np.asarray(m.pid[op.attrs["axis"]], dtype=np.int32)]
 
@@ -602,7 +610,8 @@ _HANDLERS: dict[str, Callable] = {
     "slice": _h_slice, "gather": _h_gather, "histogram": _h_histogram,
     "where": _h_where, "cast": _h_cast, "bitcast": _h_bitcast, "addptr": _h_addptr,
     "ptr_offset": _h_ptr_offset, "int_to_ptr": _h_int_to_ptr, "ptr_to_int": _h_ptr_to_int,
-    "reduce": _h_reduce, "scan": _h_scan, "dot": _h_dot, "program_id": _h_program_id,
+    "reduce": _h_reduce, "scan": _h_scan, "dot": _h_dot,
+    "sparse_dot": _h_sparse_dot, "program_id": _h_program_id,
     "num_programs": _h_num_programs, "load": _h_load, "store": _h_store,
     "atomic_rmw": _h_atomic, "atomic_cas": _h_atomic, "for": _h_for, "while": _h_while,
     "if": _h_if, "barrier": _h_barrier, "print": _h_print, "assert": _h_assert,

@@ -61,6 +61,9 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
                                                y[i] = combine(y[i+1], x[i])); op in sum prod on
                                                one operand, or custom with a region as reduce's
   dot              (a: MxK, b: KxN, acc: MxN) {precision}  -> MxN (acc's elem)
+  sparse_dot       (a: MxK/2, meta: int MxK/2, b: KxN, acc: float32 MxN) -> MxN: a 2:4-sparse
+                   A given by its kept values and their indices in each group of 4:
+                   acc + sum_j a[m, j] * b[4 * (j // 2) + (meta[m, j] & 3), n]
   hint             (x) {multiple_of?, max_contiguous?, max_constancy?} -> x, with a promise
   for              (lo, hi, step, *inits)   region body(iv, *carried) ending in `yield` -> results
                    {num_stages?, loop_unroll_factor?, ...: kd.range's options, hints only}
@@ -445,6 +448,11 @@ def _verify_op(op: Op) -> None:
         a, b, c = ins
         _check(a.type.rank == b.type.rank == 2 and a.shape[1] == b.shape[0], op, "dot shapes")
         _check(c.shape == (a.shape[0], b.shape[1]) and t == c.type, op, "dot acc")
+    elif k == "sparse_dot":
+        a, e, b, c = ins
+        _check(a.type.rank == b.type.rank == 2 and 2 * a.shape[1] == b.shape[0]
+               and e.shape == a.shape and e.elem.is_int, op, "sparse_dot shapes")
+        _check(c.shape == (a.shape[0], b.shape[1]) and t == c.type, op, "sparse_dot acc")
     elif k in ("const", "program_id", "num_programs", "iota"):
         _check(not ins, op, "no operands")
         if k in ("program_id", "num_programs"):

@@ -142,6 +142,7 @@ from .random import (
 )
 from .standard import bitonic_merge, sort, swizzle2d, topk
 from .scaled_dot import dot_scaled
+from .sparse_dot import sparse_dot
 from .elementwise_map import map_elementwise
 from .math import div_rn, fdiv, sqrt_rn, umulhi
 
@@ -164,7 +165,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # scans
     "cumsum", "cumprod", "associative_scan",
     # matrix
-    "dot", "dot_scaled", "trans", "permute",
+    "dot", "dot_scaled", "sparse_dot", "trans", "permute",
     # hints
     "multiple_of", "max_contiguous", "max_constancy", "assume",
     # shape

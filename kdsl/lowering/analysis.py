@@ -48,6 +48,8 @@ def addressed_operands(op: tile.Op) -> list[tile.Value]:
         return list(op.operands)
     if op.kind == "dot":
         return op.operands[:2]
+    if op.kind == "sparse_dot":
+        return op.operands[:3]
     if op.kind == "gather":
         return op.operands[:1]
     if op.kind == "histogram":

@@ -90,6 +90,8 @@ from .dot_mma import SIMULATIONS as MMA_SIMULATIONS
 from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
 from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .hoist_barriers import hoist_barriers
+from .dot_sparse import SIMULATIONS as SPARSE_SIMULATIONS
+from .dot_sparse import sparse_tensor_core_dot
 from .legalize import legalize
 from .reduce import lower_reduce
 from .scan import lower_scan
@@ -850,6 +852,7 @@ def _atomic_stmts(op: tile.Op, xs: list[Expr], res: Var | None) -> list[Stmt]:
 _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
     "reduce": lower_reduce, "scan": lower_scan, "dot": _lower_dot, **DEBUG_LOWERINGS,
+    "sparse_dot": sparse_tensor_core_dot,  # mma.sp where it applies, else generic
     "gather": lower_gather, "histogram": lower_histogram,
     "reshape": lower_unsplat,  # the only reshape not an alias: a one-element tile to a scalar
 }
@@ -879,8 +882,9 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
     return verify(kernel, target.ops)
 
 
-#: how the Loop IR simulator runs each intrinsic the lowering may emit (dot_mma.py's)
-INTRINSIC_SIMULATIONS: dict[str, IntrinsicSim] = {**MMA_SIMULATIONS}
+#: how the Loop IR simulator runs each intrinsic the lowering may emit (dot_mma.py's and
+#: dot_sparse.py's)
+INTRINSIC_SIMULATIONS: dict[str, IntrinsicSim] = {**MMA_SIMULATIONS, **SPARSE_SIMULATIONS}
 
 
 def _intrinsics_used(stmts: list[Stmt]) -> set[str]:

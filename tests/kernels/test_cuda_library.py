@@ -53,6 +53,29 @@ def _calls(dtype: str):
     for bits, w in ((8, np.zeros((64, 32), np.int8)), (4, np.zeros((32, 32), np.uint8))):
         yield f"quant_int{bits}", lambda bits=bits, w=w: K.quant_matmul(
             r(8, 64), w, np.ones((2, 32), np.float32), 32, bits, backend="cuda")
+    layout = np.array([[True, False], [True, True]])
+    for block in (32, 128):
+        yield f"block_sparse_{block}", lambda block=block: K.block_sparse_matmul(
+            r(40, 2 * block), r(3, block, block), layout, block, np.ones(2 * block, np.float32),
+            "gelu", backend="cuda")
+    yield "sparsify_2_4", lambda: K.sparsify_2_4(r(64, 48), backend="cuda")
+    values, meta = K.reference.sparsify_2_4(r(64, 48))
+    yield "semi_structured", lambda: K.semi_structured_matmul(
+        r(40, 64), K.reference.cast(values, dtype), meta, f32[:48], "relu", backend="cuda")
+
+
+def test_semi_structured_uses_sparse_tensor_cores(monkeypatch):
+    """float16/bfloat16 2:4 products take the mma.sp kernel on CUDA, float32 the gather one."""
+    seen: list = []
+    monkeypatch.setattr(kd.JITFunction, "__getitem__", lambda self, grid: _Recorder(self, seen))
+    rng = np.random.default_rng(0)
+    for dtype, sparse_mma in (("float16", True), ("bfloat16", True), ("float32", False)):
+        seen.clear()
+        values, meta = K.reference.sparsify_2_4(rng.standard_normal((64, 48)))
+        K.semi_structured_matmul(rand(rng, (40, 64), dtype), K.reference.cast(values, dtype),
+                                 meta, backend="cuda")
+        sources = "".join(ck.source for _, ck in seen)
+        assert ("kd_mma_sp_m16n8k32" in sources) == sparse_mma, dtype
 
 
 class _Recorder:

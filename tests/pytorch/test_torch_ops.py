@@ -63,6 +63,11 @@ def _cases():
         ("rms_norm_backward", (x.detach(), x.detach(), w.detach()), {}),
         ("attention_backward", (q.detach(), q.detach(), kv.detach(), kv.detach(),
                                 ops.attention(q.detach(), kv.detach(), kv.detach())), {}),
+        ("block_sparse_matmul", (_t(4, 32), _t(3, 16, 16),
+                                 torch.tensor([[True, False], [True, True]]), 16),
+         {"bias": _t(32), "activation": "relu"}),
+        ("sparsify_2_4", (_t(8, 6),), {}),
+        ("semi_structured_matmul", (x.detach(), *ops.sparsify_2_4(_t(24, 8))), {}),
     ]
 
 
