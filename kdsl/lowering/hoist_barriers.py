@@ -147,6 +147,10 @@ class _Hoister:
                 # (a select: the test is read only where cv holds, as C's ?: does)
                 out.append(While(self._guarded(cv, s.cond_body),
                                  Select(cv, s.cond, Const(False, int1)), self.hoist(s.body)))
+            elif isinstance(s, Barrier):
+                # a barrier of a guarded region (a reduction in a hoisted while's condition):
+                # every thread reaches it, the work around it stays guarded
+                out.append(s)
             else:  # pragma: no cover - only the statements above hold barriers
                 raise TypeError(f"cannot lift a barrier out of {type(s).__name__}")
         flush()

@@ -131,3 +131,67 @@ def test_while_with_reduction_in_condition(backend, num_warps, n_iter):
         w += 1
     np.testing.assert_allclose(o[:3], v[:3], rtol=1e-6)
     assert (o[3:] == -7).all()
+
+
+@kd.jit
+def _return_then_while_reduction(x, o, n, n_iter, sf, BM: kd.constexpr):
+    r = kd.arange(0, BM)
+    a = kd.load(x + r, mask=r < n, other=0.0)
+    if sf > 0.0:
+        return
+    v = kd.zeros((BM,), kd.float32)
+    w = 0
+    while w < n_iter + 1 and kd.max(v) < 2.0:
+        v = v + 0.75
+        w = w + 1
+    kd.store(o + r, v + a, mask=r < n)
+
+
+# Found (seed 103): after an early return every later statement runs under the return flag;
+# lifting the barriers of a `while` whose condition reduces out of that guard met the
+# condition's own barrier and failed ("cannot lift a barrier out of Barrier") on OpenCL.
+@pytest.mark.parametrize("sf", [0.0, 1.0])
+@pytest.mark.parametrize("n_iter", [0, 5])
+def test_early_return_then_while_with_reduction(backend, sf, n_iter):
+    x = np.arange(3, dtype=np.float32)
+    o = np.full(8, -7, np.float32)
+    _return_then_while_reduction[(1,)](x, o, 3, n_iter, sf, BM=8, backend=backend)
+    if sf > 0.0:
+        assert (o == -7).all()
+        return
+    v, w = 0.0, 0
+    while w < n_iter + 1 and v < 2.0:
+        v, w = v + 0.75, w + 1
+    np.testing.assert_array_equal(o[:3], x + np.float32(v))
+
+
+@kd.jit
+def _argmax_pair(v1, i1, v2, i2):
+    take = (v1 > v2) | ((v1 == v2) & (i1 < i2))
+    return kd.where(take, v1, v2), kd.where(take, i1, i2)
+
+
+@kd.jit
+def _tuple_reduce_of_transposed_load(x, o, n, BM: kd.constexpr):
+    r = kd.arange(0, BM)
+    t = kd.load(x + r[:, None] * n + r[None, :], mask=(r[:, None] < n) & (r[None, :] < n),
+                other=0.0)
+    _, idx = kd.reduce((kd.trans(t), kd.broadcast_to(r[:, None], (BM, BM))), 0, _argmax_pair)
+    kd.store(o + r, idx, mask=r < n)
+
+
+_TRANS_TUPLE_BUG = ("lowering (one thread per program): a tuple reduction of trans(load) reads "
+                    "the load's register array, which the fused group never stored "
+                    "(KeyError in Lowerer.addressable)")
+
+
+# Found (seed 103), open: on the one-thread lowering only.
+def test_tuple_reduce_of_transposed_load(backend, request):
+    if backend == "llvm":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=_TRANS_TUPLE_BUG))
+    x = np.random.default_rng(5).standard_normal((3, 3)).astype(np.float32)
+    o = np.full(8, -7, np.int32)
+    _tuple_reduce_of_transposed_load[(1,)](x, o, 3, BM=8, backend=backend)
+    xt = np.zeros((8, 8), np.float32)
+    xt[:3, :3] = x.T
+    np.testing.assert_array_equal(o[:3], np.argmax(xt, axis=0)[:3])
