@@ -29,32 +29,8 @@ from kdsl.target import Target
 from . import llvm_atomics, llvm_debug
 from .base import Backend, BoundArg
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
-from .llvm_runtime import GRID_FN, ArgPacker, run_grid
-
-I1, I8, I16, I32, I64 = (ir.IntType(w) for w in (1, 8, 16, 32, 64))
-F16 = ir.HalfType()
-PTR = ir.PointerType()
-
-# Register type of each dtype (float16/bfloat16 values live in float32: see loop.py).
-_REG = {"int1": I1, "int8": I8, "int16": I16, "int32": I32, "int64": I64, "uint8": I8,
-        "uint16": I16, "uint32": I32, "uint64": I64, "float16": F32, "bfloat16": F32,
-        "float32": F32, "float64": F64}
-# Memory type of the elements a pointer points to (bool arrays are NumPy bytes).
-_MEM = {**_REG, "int1": I8, "float16": F16, "bfloat16": I16}
-# 8-bit floats: float32 values, byte codes in memory (kdsl/ir/loop.py)
-_REG.update({n: F32 for n in ("float8e4nv", "float8e5", "float8e4b15", "float8e4b8",
-                              "float8e5b16")})
-_MEM.update({n: I8 for n in ("float8e4nv", "float8e5", "float8e4b15", "float8e4b8",
-                             "float8e5b16")})
-
-
-def reg_type(t: DType | PointerType) -> ir.Type:
-    return PTR if isinstance(t, PointerType) else _REG[t.name]
-
-
-def mem_type(t: DType) -> ir.Type:
-    return _MEM[t.name]
-
+from .llvm_runtime import GRID_FN, ArgPacker, run_grid, workers
+from .llvm_types import F16, I1, I8, I16, I32, I64, PTR, mem_type, reg_type
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # IEEE comparisons: ordered (false on NaN) except `ne` (true on NaN), as in C.
@@ -708,6 +684,9 @@ def _toolchain_id() -> str:
 class LLVMBackend(Backend):
     name = "llvm"
     caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel"})
+    is_cpu = True
+    source_suffix = "ll"
+    short_name = "llv"
 
     def is_available(self) -> bool:
         try:
@@ -715,6 +694,19 @@ class LLVMBackend(Backend):
             return True
         except Exception:  # noqa: BLE001 - any failure means "not available", never raise
             return False
+
+    def unavailable_reason(self) -> str:
+        return "llvmlite could not create a native target"
+
+    def devices(self) -> list[str]:
+        import os
+        import platform
+
+        used = f"{workers()} threads used (CPU affinity, KDSL_NUM_THREADS)"
+        return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {used}"]
+
+    def direct_launcher(self, handle: LLVMHandle):
+        return handle.direct_launch
 
     def target(self, num_warps: int) -> Target:
         return Target("llvm", threads=1, warp_size=1, caps=self.caps)

@@ -20,6 +20,8 @@ from llvmlite import ir
 from kdsl.ir import loop as L
 from kdsl.ir.types import DType
 
+from .llvm_types import reg_type
+
 if TYPE_CHECKING:
     from .llvm import _FnEmitter
 
@@ -60,7 +62,6 @@ def from_bits(em: _FnEmitter, x: ir.Value, t: DType) -> ir.Value:
 
 
 def em_reg(t: DType) -> ir.Type:
-    from .llvm import reg_type
     return reg_type(t)
 
 
