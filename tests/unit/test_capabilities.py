@@ -12,7 +12,7 @@ import pytest
 from kdsl.backends import all_backend_names, get_backend
 
 import kdsl as kd
-from kdsl import capabilities as caps
+from kdsl.tools import capabilities as caps
 from kdsl.passes.lower_caps import TYPE_NEEDS
 from kdsl.passes.lower_elementwise import NEEDS_CAP
 
