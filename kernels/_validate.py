@@ -99,7 +99,12 @@ def _from_torch(name: str, t: Any) -> tuple[Any, str]:
     bf16 = t.dtype == torch.bfloat16
     if bf16:
         t = t.view(torch.int16)
-    owner = None if t.device.type == "cpu" else dlpack_owner(int(t.__dlpack_device__()[0]))
+    owner = None
+    if t.device.type != "cpu":
+        try:
+            owner = dlpack_owner(int(t.__dlpack_device__()[0]))
+        except (ValueError, TypeError, RuntimeError):  # a device DLPack cannot name ("meta")
+            owner = None
     if t.device.type == "cpu":
         data = np.from_dlpack(t)
     elif owner is not None:
