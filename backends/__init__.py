@@ -3,7 +3,10 @@
 The registry maps a backend name to the module and class implementing it
 (`backends/base.py: Backend`).  Modules are imported on first use, so `import kdsl` never
 imports pyopencl or cupy, and a backend whose module is still missing only fails when asked
-for.  Adding a backend is one module plus one line in `REGISTRY`; the tests pick it up.
+for.  Adding a backend is one module plus one line in `REGISTRY`; the tests, the tools and the
+library pick it up from here (docs/adding_a_backend.md).  Outside this folder no code names a
+backend: it asks the registry (`kdsl/runtime/registry.py`) and the backend's declared facts
+(`backends/base.py`).
 """
 
 from __future__ import annotations
@@ -23,15 +26,12 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "interp": ("kdsl.backends.interp", "InterpBackend"),
 }
 
-#: Why a backend usually cannot run, used when the backend itself does not say
-#: (a backend may define `unavailable_reason() -> str` for a precise message).
-UNAVAILABLE_HINTS: dict[str, str] = {
-    "llvm": "llvmlite could not create a native target",
-    "opencl": "no OpenCL device (pyopencl: pip install 'kdsl[opencl]'; and a driver, e.g. "
-              "PoCL: apt-get install pocl-opencl-icd)",
-    "cuda": "no CUDA GPU found, or CuPy is not installed (pip install 'kdsl[cuda]')",
-    "interp": "the NumPy interpreter could not be loaded",
-}
+#: The backend of launches that neither `backend=`, the arrays nor `KDSL_BACKEND` decide.
+DEFAULT = "llvm"
+#: The reference backend: the NumPy interpreter of the Tile IR, whose results define every
+#: op's meaning (`kd.testing.compare` without a float64 reference, the fuzzer, checked
+#: localisation of wrong elements).
+REFERENCE = "interp"
 
 _instances: dict[str, Backend] = {}
 

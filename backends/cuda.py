@@ -18,6 +18,8 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,9 +30,9 @@ from kdsl.ir import loop
 from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
-from .base import Backend, BoundArg
+from .base import Backend, BoundArg, Timer
 from .c_atomics import CUDA_ATOMICS
-from .c_like import C_OPS, CDialect, CEmitter, emit, kernel_name, math_names, stored_params
+from .c_like import C_OPS, CDialect, CEmitter, emit, kernel_name, math_names
 
 DEFAULT_ARCH = "sm_80"
 # Static `__shared__` arrays of one block are limited to 48 KiB; beyond it a kernel uses
@@ -380,6 +382,14 @@ def check_grid(grid: tuple[int, int, int]) -> None:
 
 class CUDABackend(Backend):
     name = "cuda"
+    memory = "device"
+    asynchronous = True  # launches queue on the current stream; copies back synchronise
+    source_suffix = "cu"
+    short_name = "cu"
+    extra = "cuda"
+    packages = ("cupy",)
+    array_name = "CuPy"
+    dlpack_devices = (2, 13)  # kDLCUDA, kDLCUDAManaged
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads",
                       "bessel"})
     ops = C_OPS
@@ -394,6 +404,9 @@ class CUDABackend(Backend):
             return cupy.cuda.runtime.getDeviceCount() > 0
         except Exception:
             return False
+
+    def unavailable_reason(self) -> str:
+        return "no CUDA GPU found, or CuPy is not installed (pip install 'kdsl[cuda]')"
 
     def target(self, num_warps: int) -> Target:
         caps = self.caps
@@ -456,6 +469,54 @@ class CUDABackend(Backend):
     def deserialize(self, kernel: loop.Kernel, data: bytes) -> Any:
         return self._load(kernel, data)
 
+    # -- device half: memory, launch, clock, arrays (kdsl/runtime/device.py copies)
+
+    def check_launch(self, kernel: loop.Kernel, grid: tuple[int, int, int]) -> None:
+        check_grid(grid)
+
+    def allocate(self, nbytes: int) -> Any:
+        import cupy
+
+        return cupy.empty(max(nbytes, 1), dtype=np.uint8)
+
+    def copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
+        buf[offset:offset + host.size].set(host)
+
+    def copy_out(self, host: np.ndarray, buf: Any, offset: int) -> None:
+        host[...] = buf[offset:offset + host.size].get()
+
+    def span_offset(self, arg: BoundArg) -> int:
+        # A strided view's span is placed at the host address's offset modulo 256 (device
+        # allocations are 256-aligned), so the first element has the alignment the kernel was
+        # specialised on (its host address % 16).
+        if arg.view is None:
+            return 0
+        return (arg.address - arg.origin * arg.host.itemsize) % 256
+
+    def pointer(self, buf: Any, offset: int, nbytes: int) -> Any:
+        return buf[offset:]
+
+    def enqueue(self, handle: Any, kernel: loop.Kernel, grid: tuple[int, int, int],
+                values: list[Any]) -> None:
+        import cupy
+
+        handle.function(grid, (kernel.threads, 1, 1), tuple(values),
+                        shared_mem=handle.shared_mem, stream=cupy.cuda.get_current_stream())
+
+    def synchronize(self) -> None:
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+    def timer(self) -> Timer:
+        return CUDATimer()
+
+    def devices(self) -> list[str]:
+        import cupy
+
+        rt = cupy.cuda.runtime
+        return [rt.getDeviceProperties(i)["name"].decode() for i in range(rt.getDeviceCount())]
+
     def owns(self, array: Any) -> bool:
         try:
             import cupy
@@ -463,40 +524,54 @@ class CUDABackend(Backend):
             return False
         return isinstance(array, cupy.ndarray)
 
-    def launch(self, handle: Any, kernel: loop.Kernel, grid: tuple[int, int, int],
-               args: list[BoundArg]) -> None:
-        check_grid(grid)
+    def to_device(self, host: np.ndarray, like: Any = None) -> Any:
         import cupy
 
-        if any(g <= 0 for g in grid):
-            return
-        values, copies = [], []
-        for i, (param, arg) in enumerate(zip(kernel.params, args)):
-            if arg.kind == "array":
-                if arg.host is not None:
-                    # A strided view's span is placed at the host address's offset modulo 256
-                    # (device allocations are 256-aligned), so the first element has the
-                    # alignment the kernel was specialised on (its host address % 16).
-                    at = 0
-                    if arg.view is not None:
-                        at = (arg.address - arg.origin * arg.host.itemsize) % 256
-                    dev = cupy.empty(max(at + arg.nbytes, 1), dtype=np.uint8)
-                    if arg.nbytes:
-                        dev[at:at + arg.nbytes].set(arg.host.reshape(-1).view(np.uint8))
-                    copies.append((i, arg, dev, at))
-                    first = at + arg.origin * arg.host.itemsize
-                    values.append(dev[first:] if first else dev)
-                elif self.owns(arg.value):
-                    values.append(arg.value)
-                else:
-                    raise TypeError(f"argument {arg.name!r}: {type(arg.value).__name__} is not "
-                                    "a NumPy or CuPy array")
-            else:
-                dt = np.uint8 if param.dtype.is_bool else param.dtype.np
-                values.append(np.dtype(dt).type(arg.value))
-        handle.function(grid, (kernel.threads, 1, 1), tuple(values),
-                        shared_mem=handle.shared_mem, stream=cupy.cuda.get_current_stream())
-        stored = stored_params(kernel)
-        for i, arg, dev, at in copies:
-            if i in stored and arg.nbytes:
-                arg.host.reshape(-1).view(np.uint8)[...] = dev[at:at + arg.nbytes].get()
+        return cupy.asarray(host)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any, like: Any = None) -> Any:
+        import cupy
+
+        return cupy.empty(shape, dtype)
+
+    def zeros(self, shape: tuple[int, ...], dtype: Any, like: Any = None) -> Any:
+        import cupy
+
+        return cupy.zeros(shape, dtype)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return array.get()
+
+    def ascontiguous(self, array: Any) -> Any:
+        import cupy
+
+        return cupy.ascontiguousarray(array)
+
+    def from_dlpack(self, obj: Any) -> Any:
+        try:
+            import cupy
+        except Exception as e:
+            raise ImportError(f"a CUDA array needs CuPy (pip install 'kdsl[cuda]'): {e}") from e
+        return cupy.from_dlpack(obj)
+
+
+class CUDATimer(Timer):
+    """CUDA events recorded on the current stream around each call."""
+
+    name = "cuda events"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cupy = cupy
+
+    def time(self, fn: Callable[[], Any]) -> tuple[float, float]:
+        cp = self.cupy
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        t0 = time.perf_counter()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        wall = (time.perf_counter() - t0) * 1e3
+        return cp.cuda.get_elapsed_time(start, end), wall

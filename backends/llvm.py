@@ -29,7 +29,7 @@ from kdsl.target import Target
 from . import llvm_atomics, llvm_debug, llvm_host
 from .base import Backend, BoundArg
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
-from .llvm_runtime import GRID_FN, ArgPacker, run_grid
+from .llvm_runtime import GRID_FN, ArgPacker, run_grid, workers
 from .llvm_types import F16, I1, I8, I16, I32, I64, PTR, mem_type, reg_type
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -689,6 +689,9 @@ class LLVMBackend(Backend):
     name = "llvm"
     caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel"})
     ops = OPS
+    is_cpu = True
+    source_suffix = "ll"
+    short_name = "llv"
 
     def is_available(self) -> bool:
         try:
@@ -696,6 +699,19 @@ class LLVMBackend(Backend):
             return True
         except Exception:  # noqa: BLE001 - any failure means "not available", never raise
             return False
+
+    def unavailable_reason(self) -> str:
+        return "llvmlite could not create a native target"
+
+    def devices(self) -> list[str]:
+        import os
+        import platform
+
+        used = f"{workers()} threads used (CPU affinity, KDSL_NUM_THREADS)"
+        return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {used}"]
+
+    def direct_launcher(self, handle: LLVMHandle):
+        return handle.direct_launch
 
     def target(self, num_warps: int) -> Target:
         simd = llvm_host.profile()  # the dot micro-kernel's register blocks follow it

@@ -21,7 +21,10 @@ CompilationError rather than let it dereference host addresses.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -30,9 +33,9 @@ from kdsl.errors import CompilationError
 from kdsl.ir import loop
 from kdsl.target import Target
 
-from .base import Backend, BoundArg
+from .base import Backend, BoundArg, Timer
 from .c_atomics import OPENCL_ATOMICS
-from .c_like import C_OPS, CDialect, emit, kernel_name, math_names, stored_params
+from .c_like import C_OPS, CDialect, emit, kernel_name, math_names
 from .opencl_loops import pocl_safe
 
 OPTIONS = ["-cl-fp32-correctly-rounded-divide-sqrt"]
@@ -185,6 +188,12 @@ class _Program:
 class OpenCLBackend(Backend):
     name = "opencl"
     ops = C_OPS
+    memory = "device"
+    source_suffix = "cl"
+    short_name = "ocl"
+    extra = "opencl"
+    packages = ("pyopencl",)
+    array_name = "PyOpenCL"
 
     def __init__(self) -> None:
         self._rt: _Runtime | None = None
@@ -217,7 +226,10 @@ class OpenCLBackend(Backend):
     def unavailable_reason(self) -> str:
         if _FORKED_AFTER_INIT:
             return FORK_MESSAGE
-        return str(self._rt_error) if self._rt_error is not None else ""
+        if self._rt_error is not None:
+            return str(self._rt_error)
+        return ("no OpenCL device (pyopencl: pip install 'kdsl[opencl]'; and a driver, e.g. "
+                "PoCL: apt-get install pocl-opencl-icd)")
 
     def device_kind(self) -> str:
         import pyopencl as cl
@@ -285,7 +297,87 @@ class OpenCLBackend(Backend):
         program.build(options=build_options(kernel))
         return _Program(program, kernel_name(kernel.name))
 
-    # -- launch
+    # -- device half: memory, launch, clock, arrays (kdsl/runtime/device.py copies)
+
+    def check_launch(self, kernel: loop.Kernel, grid: tuple[int, int, int]) -> None:
+        limit = self.runtime().device.max_work_group_size
+        if kernel.threads > limit:
+            raise ValueError(f"{kernel.threads} work-items per program exceed the device's "
+                             f"limit of {limit}: use fewer warps")
+
+    def allocate(self, nbytes: int) -> Any:
+        rt = self.runtime()
+        return rt.cl.Buffer(rt.ctx, rt.cl.mem_flags.READ_WRITE, max(nbytes, 1))
+
+    def copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
+        rt = self.runtime()
+        rt.cl.enqueue_copy(rt.queue, buf, host, dst_offset=offset, is_blocking=True)
+
+    def copy_out(self, host: np.ndarray, buf: Any, offset: int) -> None:
+        rt = self.runtime()
+        rt.cl.enqueue_copy(rt.queue, host, buf, src_offset=offset, is_blocking=True)
+
+    def span_offset(self, arg: BoundArg) -> int:
+        """A view with negative strides is passed as a sub-buffer starting at its first
+        element; sub-buffer origins must be aligned to the device's base address alignment,
+        so the span is copied in at the padding that puts the first element there.  The
+        kernel's negative offsets reach the span before it, inside the parent buffer (which
+        OpenCL CPU and GPU drivers lay out contiguously)."""
+        if not arg.origin:
+            return 0
+        align = max(16, self.runtime().device.mem_base_addr_align // 8)  # powers of two
+        first = arg.origin * arg.host.itemsize
+        return -(-first // align) * align - first
+
+    def pointer(self, buf: Any, offset: int, nbytes: int) -> Any:
+        return buf.get_sub_region(offset, nbytes - offset)
+
+    def host_buffer(self, host: np.ndarray, written: bool, kernel: loop.Kernel) -> Any | None:
+        """A CPU device shares host memory: NumPy arrays are used in place (USE_HOST_PTR),
+        but only those the kernel does not write (unless KDSL_OPENCL_ZERO_COPY=1, or the
+        kernel takes host addresses): a device that ignores a mask then cannot write past a
+        written array into the Python heap (PoCL did, docs/backends.md)."""
+        rt = self.runtime()
+        if not rt.zero_copy or not host.flags.writeable:
+            return None
+        if written and not (zero_copy_everything()
+                            or kernel.raw_pointers is not None):
+            return None
+        mf = rt.cl.mem_flags
+        return rt.cl.Buffer(rt.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
+
+    def release_host_buffer(self, buf: Any, host: np.ndarray) -> None:
+        # mapping a USE_HOST_PTR buffer makes the host array current (no copy when the device
+        # wrote it in place); unmapping releases the mapping
+        rt = self.runtime()
+        mapped, _ = rt.cl.enqueue_map_buffer(rt.queue, buf, rt.cl.map_flags.READ, 0,
+                                             (host.nbytes,), np.uint8)
+        mapped.base.release(rt.queue)
+
+    def device_arg(self, arg: BoundArg) -> Any:
+        if arg.value.offset:
+            raise ValueError(f"argument {arg.name!r}: PyOpenCL arrays with an offset are "
+                             "not supported; pass a copy")
+        return arg.value.base_data
+
+    def enqueue(self, handle: _Program, kernel: loop.Kernel, grid: tuple[int, int, int],
+                values: list[Any]) -> None:
+        rt = self.runtime()
+        handle.kernel.set_args(*values)
+        t = kernel.threads
+        rt.cl.enqueue_nd_range_kernel(rt.queue, handle.kernel, (grid[0] * t, grid[1], grid[2]),
+                                      (t, 1, 1))
+
+    def synchronize(self) -> None:
+        self.runtime().queue.finish()
+
+    def timer(self) -> Timer:
+        return OpenCLTimer(self.runtime())
+
+    def devices(self) -> list[str]:
+        import pyopencl as cl
+
+        return [f"{p.name}: {d.name}" for p in cl.get_platforms() for d in p.get_devices()]
 
     def owns(self, array: Any) -> bool:
         try:
@@ -294,88 +386,60 @@ class OpenCLBackend(Backend):
             return False
         return isinstance(array, cla.Array)
 
-    def launch(self, handle: _Program, kernel: loop.Kernel, grid: tuple[int, int, int],
-               args: list[BoundArg]) -> None:
-        rt = self.runtime()
-        cl = rt.cl
-        if any(g <= 0 for g in grid):
-            return
-        limit = rt.device.max_work_group_size
-        if kernel.threads > limit:
-            raise ValueError(f"{kernel.threads} work-items per program exceed the device's "
-                             f"limit of {limit}: use fewer warps")
-        values, copies = [], []
-        stored = stored_params(kernel)
-        # In place only what the kernel does not write (unless KDSL_OPENCL_ZERO_COPY=1, or the
-        # kernel takes host addresses): a device that ignores a mask then cannot write past a
-        # written array into the Python heap (PoCL did, docs/backends.md).
-        in_place_all = zero_copy_everything() or kernel.raw_pointers is not None
-        for i, (param, arg) in enumerate(zip(kernel.params, args)):
-            if arg.kind == "array":
-                if arg.origin:  # a view with negative strides: its pointer is inside its span
-                    buf, whole, at = self._offset_buffer(arg)
-                    copies.append((i, arg, whole, at))
-                else:
-                    buf = self._buffer(arg, in_place_all or i not in stored)
-                    if arg.host is not None:
-                        copies.append((i, arg, buf, None))
-                values.append(buf)
-            else:
-                dt = np.uint8 if param.dtype.is_bool else param.dtype.np
-                values.append(np.dtype(dt).type(arg.value))
-        handle.kernel.set_args(*values)
-        t = kernel.threads
-        cl.enqueue_nd_range_kernel(rt.queue, handle.kernel, (grid[0] * t, grid[1], grid[2]),
-                                   (t, 1, 1))
-        for i, arg, buf, at in copies:
-            if at is not None:
-                if i in stored:
-                    cl.enqueue_copy(rt.queue, arg.host, buf, src_offset=at, is_blocking=True)
-            elif i in stored and arg.nbytes:
-                if rt.zero_copy and arg.host.flags.writeable and in_place_all:
-                    # mapping a USE_HOST_PTR buffer makes the host array current (no copy
-                    # when the device wrote it in place); unmapping releases the mapping
-                    mapped, _ = cl.enqueue_map_buffer(rt.queue, buf, cl.map_flags.READ, 0,
-                                                      (arg.nbytes,), np.uint8)
-                    mapped.base.release(rt.queue)
-                else:
-                    cl.enqueue_copy(rt.queue, arg.host, buf, is_blocking=True)
-        rt.queue.finish()
+    def _queue(self, like: Any) -> Any:
+        return like.queue if like is not None else self.runtime().queue
 
-    def _offset_buffer(self, arg: BoundArg) -> tuple[Any, Any, int]:
-        """(kernel argument, buffer holding the span, byte offset of the span in it) for a host
-        array whose pointer lies `origin` elements into its memory span.  The kernel argument is
-        a sub-buffer starting at the first element; sub-buffer origins must be aligned to the
-        device's base address alignment, so the span is copied in at the padding that puts
-        the first element on that alignment.  The kernel's negative offsets reach the span
-        before it, inside the parent buffer (which OpenCL CPU and GPU drivers lay out
-        contiguously)."""
-        rt = self.runtime()
-        cl = rt.cl
-        align = max(16, rt.device.mem_base_addr_align // 8)  # powers of two: a multiple of both
-        first = arg.origin * arg.host.itemsize
-        start = -(-first // align) * align
-        pad = start - first
-        whole = cl.Buffer(rt.ctx, cl.mem_flags.READ_WRITE, pad + arg.nbytes)
-        cl.enqueue_copy(rt.queue, whole, arg.host, dst_offset=pad, is_blocking=True)
-        sub = whole.get_sub_region(start, pad + arg.nbytes - start)
-        return sub, whole, pad
+    def to_device(self, host: np.ndarray, like: Any = None) -> Any:
+        import pyopencl.array as cla
 
-    def _buffer(self, arg: BoundArg, in_place: bool = True) -> Any:
-        rt = self.runtime()
-        cl = rt.cl
-        if arg.host is None:
-            if not self.owns(arg.value):
-                raise TypeError(f"argument {arg.name!r}: {type(arg.value).__name__} is not a "
-                                "NumPy or PyOpenCL array")
-            if arg.value.offset:
-                raise ValueError(f"argument {arg.name!r}: PyOpenCL arrays with an offset are "
-                                 "not supported; pass a copy")
-            return arg.value.base_data
-        mf = cl.mem_flags
-        if not arg.nbytes:  # zero-size arrays still need a valid buffer
-            return cl.Buffer(rt.ctx, mf.READ_WRITE, 1)
-        if rt.zero_copy and in_place and arg.host.flags.writeable:
-            return cl.Buffer(rt.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=arg.host)
-        return cl.Buffer(rt.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=arg.host)
+        return cla.to_device(self._queue(like), np.ascontiguousarray(host))
 
+    def empty(self, shape: tuple[int, ...], dtype: Any, like: Any = None) -> Any:
+        import pyopencl.array as cla
+
+        return cla.empty(self._queue(like), shape, dtype)
+
+    def zeros(self, shape: tuple[int, ...], dtype: Any, like: Any = None) -> Any:
+        import pyopencl.array as cla
+
+        return cla.zeros(self._queue(like), shape, dtype)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return array.get()
+
+    def ascontiguous(self, array: Any) -> Any:
+        if array.flags.c_contiguous:
+            return array
+        return self.to_device(array.get(), like=array)  # through the host: no device kernel
+
+
+class OpenCLTimer(Timer):
+    """Markers on a profiling-enabled queue bracket each call (in-order queue: everything the
+    call enqueued runs between them); the queue replaces the runtime's during a session."""
+
+    name = "opencl events"
+
+    def __init__(self, rt: _Runtime) -> None:
+        self.rt = rt
+        cl = rt.cl
+        self.queue = cl.CommandQueue(rt.ctx, rt.device,
+                                     properties=cl.command_queue_properties.PROFILING_ENABLE)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        old = self.rt.queue
+        self.rt.queue = self.queue
+        try:
+            yield
+        finally:
+            self.rt.queue = old
+
+    def time(self, fn: Callable[[], Any]) -> tuple[float, float]:
+        cl = self.rt.cl
+        t0 = time.perf_counter()
+        e0 = cl.enqueue_marker(self.queue)
+        fn()
+        e1 = cl.enqueue_marker(self.queue)
+        e1.wait()
+        wall = (time.perf_counter() - t0) * 1e3
+        return (e1.profile.end - e0.profile.start) * 1e-6, wall

@@ -118,7 +118,7 @@ def _key_part(v: Any) -> Any:
 
 
 def _copy(a: Any) -> Any:
-    from kdsl.runtime.binding import DTypeView
+    from kdsl.runtime.dtype_views import DTypeView
     from kdsl.runtime.views import copy_like  # same strides: the kernel's are the original's
     if isinstance(a, DTypeView):  # bfloat16 / fp8 bits
         return DTypeView(copy_like(a.array), a.dtype)
@@ -257,14 +257,13 @@ class Autotuner:
     def _backend(self, args: tuple, kwargs: dict, backend: str | None) -> str:
         if backend:
             return backend
-        from kdsl.runtime.registry import owner_of
+        from kdsl.runtime.registry import default_backend, owner_of
         for a in (*args, *kwargs.values()):
             if getattr(a, "shape", None) is not None and not isinstance(a, np.ndarray):
                 own = owner_of(a)
                 if own:
                     return own
-        return (getattr(self.fn, "default_backend", None) or os.environ.get("KDSL_BACKEND")
-                or "llvm")
+        return getattr(self.fn, "default_backend", None) or default_backend()
 
     def _named(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         named = dict(zip(self.fn.signature.names, args))
@@ -312,7 +311,7 @@ class Autotuner:
 
     def _tune(self, args: tuple, kwargs: dict, grid: Any, backend: str,
               named: dict[str, Any], tkey: tuple) -> Config:
-        from .bench import Progress
+        from .term import Progress
 
         t_start = time.perf_counter()
         configs = self.prune_configs(named, kwargs)
@@ -401,7 +400,7 @@ class Autotuner:
             t = self._do_bench(launch, quantiles=(0.5, 0.2, 0.8))
             t = [float(x) for x in (t if isinstance(t, (list, tuple)) else [t] * 3)]
             return (t + t[-1:] * 3)[:3]
-        from .bench import do_bench
+        from .tools.bench import do_bench
         t = do_bench(launch, backend=backend, warmup=self.warmup, rep=self.rep, overhead=False)
         return [t.median, t.p20, t.p80]
 
@@ -417,7 +416,7 @@ class Autotuner:
     def _outputs(self, args: tuple, kwargs: dict) -> dict[str, np.ndarray]:
         """Private host copies of every array argument after a run, by name, as float64 (inputs
         compare equal trivially)."""
-        from .testing import as_float64
+        from .tools.tolerance import as_float64
         named = self._named(args, kwargs)
         views = {n: v for n, v in named.items() if type(v).__name__ == "DTypeView"}
         self._dtypes.update({n: v.dtype.name for n, v in views.items()})
@@ -430,10 +429,11 @@ class Autotuner:
         config's."""
         if self.reference is None:
             return {k: np.array(v) for k, v in first.items()}
+        from kdsl.backends import REFERENCE
         from kdsl.passes.provenance import stored_params
 
-        from .compare import _outputs_of
-        ck = self.fn.compile(*args, backend="interp", **kwargs, **cfg.all_kwargs())
+        from .tools.arrays import outputs_of
+        ck = self.fn.compile(*args, backend=REFERENCE, **kwargs, **cfg.all_kwargs())
         params = ck.kernel.runtime_params
         names = [params[j].name for j in sorted(stored_params(ck.kernel))]
         cargs = tuple(_copy(a) for a in args)
@@ -441,12 +441,12 @@ class Autotuner:
         for n in self.reset_to_zero:  # the reference sees what the launch sees
             if n in cnamed:
                 _zero(cnamed[n])
-        from .testing import as_float64
+        from .tools.tolerance import as_float64
         value = self.reference(*cargs)
-        return {k: as_float64(v) for k, v in _outputs_of(value, names or list(first)).items()}
+        return {k: as_float64(v) for k, v in outputs_of(value, names or list(first)).items()}
 
     def _disagrees(self, outs: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> str:
-        from .testing import elementwise_errors, tolerance
+        from .tools.tolerance import elementwise_errors, tolerance
         for name, exp in expected.items():
             got = outs.get(name)
             if got is None:

@@ -1,25 +1,28 @@
 """Argument handling shared by the library kernels: array kinds, bfloat16, validation, the
 backend choice and output allocation.
 
-Every library function turns its array arguments into `Arg`s first.  An `Arg` records the
-storage kind (``numpy``, ``cupy`` or ``opencl``), the storage array a kernel receives, the
+Every library function turns its array arguments into `Arg`s first.  An `Arg` records where
+the storage lives (`device`: None for host NumPy memory, else the name of the backend owning
+the device array, as the registry answers it), the storage array a kernel receives, the
 element type by name and the caller's kind (``torch`` for torch tensors), so that the result
-comes back as the kind of array the caller passed, in the caller's dtype.
+comes back as the kind of array the caller passed, in the caller's dtype.  Device arrays are
+created, copied and read through the owning backend's device half (`backends/base.py`), so
+the library names no backend.
 bfloat16 arrives in one of three spellings (docs/kernels.md):
 
-- `kdsl.runtime.binding.bfloat16_view(bits)` over a uint16 array of any kind (always works);
+- `kd.bfloat16_view(bits)` over a uint16 array of any kind (always works);
   the result comes back the same way, as a `bfloat16_view` over a new uint16 array;
 - an `ml_dtypes.bfloat16` NumPy array (when ml_dtypes is installed); the result is one too;
 - a `torch.bfloat16` tensor, read through its int16 view; the result is a bfloat16 tensor.
 
-torch tensors are read in place through DLPack (a CPU tensor as a NumPy view, a CUDA tensor
-as a CuPy view); one with `requires_grad=True` is read through `.detach()`: the same memory,
+torch tensors are read in place through DLPack (a CPU tensor as a NumPy view, a device tensor
+as the array of the backend that views its DLPack device, e.g. CuPy); one with `requires_grad=True` is read through `.detach()`: the same memory,
 no copy, and the library call is not recorded by autograd (`kdsl.torch` adds gradients).
 
 Layouts: `as_arg(..., strided=True)` keeps a non-contiguous host array as it is, for kernels
 that take strides (`row_layout`, `blas_layout`, `unit_inner`: they copy only the layouts they
-cannot address); otherwise a non-contiguous NumPy/torch/CuPy input is copied to a contiguous
-array first.
+cannot address); otherwise a non-contiguous input is copied to a contiguous array first (on
+its device).
 
 All checks run on the host before any launch and raise TypeError (wrong kind or dtype) or
 ValueError (shape, values), naming the argument.
@@ -28,13 +31,14 @@ ValueError (shape, values), naming the argument.
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from kdsl.backends import get_backend
 
-from kdsl.runtime.binding import DTypeView, bfloat16_view
+from kdsl.runtime.dtype_views import DTypeView, bfloat16_view
+from kdsl.runtime.registry import default_backend, dlpack_owner, owner_of
 
 FLOATS = ("float32", "float16", "bfloat16")
 
@@ -44,7 +48,7 @@ class Arg:
     """One array argument, normalised."""
 
     name: str
-    kind: str            # "numpy", "cupy" or "opencl"
+    device: str | None   # the backend owning the device array; None: host (NumPy) memory
     data: Any            # storage handed to the kernel (uint16 bits for bfloat16)
     dtype: str           # element type name: "float32", "bfloat16", "int8", ...
     shape: tuple[int, ...]
@@ -62,23 +66,22 @@ class Arg:
         return len(self.shape)
 
 
-def _kind(x: Any) -> str | None:
+_NOT_AN_ARRAY = "not an array"
+
+
+def _device(x: Any) -> str | None:
+    """None for a NumPy array, the owning backend's name for a device array, else
+    `_NOT_AN_ARRAY`."""
     if isinstance(x, np.ndarray):
-        return "numpy"
-    mod = type(x).__module__ or ""
-    if mod.startswith("cupy"):
-        return "cupy"
-    if mod.startswith("pyopencl"):
-        return "opencl"
-    return None
+        return None
+    owner = owner_of(x)
+    return owner if owner is not None else _NOT_AN_ARRAY
 
 
-def _contiguous(x: Any, kind: str) -> bool:
+def _contiguous(x: Any) -> bool:
     flags = getattr(x, "flags", None)
     if flags is None:
         return True
-    if kind == "numpy":
-        return bool(flags.c_contiguous)
     return bool(getattr(flags, "c_contiguous", True))
 
 
@@ -96,22 +99,27 @@ def _from_torch(name: str, t: Any) -> tuple[Any, str]:
     bf16 = t.dtype == torch.bfloat16
     if bf16:
         t = t.view(torch.int16)
+    owner = None
+    if t.device.type != "cpu":
+        try:
+            owner = dlpack_owner(int(t.__dlpack_device__()[0]))
+        except (ValueError, TypeError, RuntimeError):  # a device DLPack cannot name ("meta")
+            owner = None
     if t.device.type == "cpu":
         data = np.from_dlpack(t)
-    elif t.device.type == "cuda":
-        import cupy
-
-        data = cupy.from_dlpack(t)
+    elif owner is not None:
+        data = get_backend(owner).from_dlpack(t)
     else:
-        raise TypeError(f"{name}: a torch tensor on {t.device}; kdsl reads CPU and CUDA "
-                        f"tensors")
+        raise TypeError(f"{name}: a torch tensor on {t.device}; kdsl reads CPU tensors and "
+                        f"those of the devices its backends view")
     if bf16:
         return data.view(np.uint16), "bfloat16"
     return data, np.dtype(data.dtype).name
 
 
 def _to_torch(data: Any, dtype: str) -> Any:
-    """A torch tensor sharing storage array `data` (NumPy or CuPy) of kdsl dtype `dtype`."""
+    """A torch tensor sharing storage array `data` (NumPy or a device array exporting DLPack)
+    of kdsl dtype `dtype`."""
     import torch
 
     if dtype == "bfloat16":
@@ -119,15 +127,10 @@ def _to_torch(data: Any, dtype: str) -> Any:
     return torch.from_dlpack(data)
 
 
-def _contiguous_copy(name: str, data: Any, kind: str) -> Any:
-    if kind == "numpy":
+def _contiguous_copy(data: Any, device: str | None) -> Any:
+    if device is None:
         return np.ascontiguousarray(data)
-    if kind == "cupy":
-        import cupy
-
-        return cupy.ascontiguousarray(data)
-    raise ValueError(f"{name}: array is not C-contiguous (shape {tuple(data.shape)}); pass a "
-                     f"contiguous copy")
+    return get_backend(device).ascontiguous(data)
 
 
 def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ...] | None = None,
@@ -143,7 +146,7 @@ def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ..
         data, dtype = _from_torch(name, x)
         caller = "torch"
     else:
-        if hasattr(x, "__dlpack__") and _kind(x) is None and hasattr(x, "numpy"):
+        if hasattr(x, "__dlpack__") and _device(x) == _NOT_AN_ARRAY and hasattr(x, "numpy"):
             x = np.from_dlpack(x)  # a CPU tensor of another library: view it as NumPy
         data = x
         dt = getattr(x, "dtype", None)
@@ -153,8 +156,8 @@ def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ..
             dtype = str(dt)
         if dtype == "bfloat16":  # ml_dtypes: hand the kernel the raw bits
             spelling, ml, data = "ml_dtypes", x.dtype, x.view(np.uint16)
-    kind = _kind(data)
-    if kind is None:
+    device = _device(data)
+    if device == _NOT_AN_ARRAY:
         raise TypeError(f"{name}: expected a NumPy, CuPy or PyOpenCL array, a torch tensor "
                         f"(or a bfloat16_view of an array), got {type(x).__name__}")
     if spelling == "view" and np.dtype(data.dtype).itemsize != 2:
@@ -168,9 +171,9 @@ def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ..
         if len(shape) not in ranks:
             want = " or ".join(str(r) for r in ranks)
             raise ValueError(f"{name}: expected a {want}-D array, got shape {shape}")
-    if not _contiguous(data, kind) and not (strided and kind == "numpy"):
-        data = _contiguous_copy(name, data, kind)
-    return Arg(name, kind, data, dtype, shape, spelling, ml, caller)
+    if not _contiguous(data) and not (strided and device is None):
+        data = _contiguous_copy(data, device)
+    return Arg(name, device, data, dtype, shape, spelling, ml, caller)
 
 
 def same_dtype(*args: Arg) -> None:
@@ -189,14 +192,14 @@ def check_shape(arg: Arg, expected: tuple[int, ...], what: str = "") -> None:
 
 def resolve_backend(backend: str | None, *args: Arg) -> str:
     """The backend for a call: `backend`, else the device arrays' owner, else KDSL_BACKEND,
-    else llvm (the rule of kernel launches).  Mixed device kinds are refused."""
-    owners = {a.kind: a.name for a in args if a.kind != "numpy"}
+    else the registry's default (the rule of kernel launches).  Mixed devices are refused."""
+    owners = {a.device: a.name for a in args if a.device is not None}
     if len(owners) > 1:
         (k1, n1), (k2, n2) = list(owners.items())[:2]
-        raise ValueError(f"{n1} is a {k1} array but {n2} is a {k2} array")
-    owner = {"cupy": "cuda", "opencl": "opencl"}.get(next(iter(owners), ""))
+        raise ValueError(f"{n1} is a {k1} device array but {n2} is a {k2} device array")
+    owner = next(iter(owners), None)
     if backend is None:
-        return owner or os.environ.get("KDSL_BACKEND") or "llvm"
+        return owner or default_backend()
     if owner is not None and owner != backend:
         name = next(iter(owners.values()))
         raise ValueError(f"{name} is a {owner} device array, which backend {backend!r} "
@@ -206,27 +209,24 @@ def resolve_backend(backend: str | None, *args: Arg) -> str:
 
 def empty(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> Arg:
     """A new array of `like`'s kind (same device / queue), element type `dtype`."""
-    store = np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
-    if like.kind == "numpy":
-        data = np.empty(shape, store)
-    elif like.kind == "cupy":
-        import cupy
-        data = cupy.empty(shape, store)
-    else:
-        import pyopencl.array as cla
-        data = cla.empty(like.data.queue, shape, store)
-    spelling = like.spelling if dtype == "bfloat16" else "plain"
-    return Arg(name, like.kind, data, dtype, tuple(shape), spelling, like.ml_dtype, like.caller)
+    return _new(like, shape, dtype, name, zero=False)
 
 
 def zeros(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> Arg:
     """`empty`, filled with zeros (accumulation buffers)."""
-    out = empty(like, shape, dtype, name)
-    if out.kind == "opencl":
-        out.data.fill(0)
+    return _new(like, shape, dtype, name, zero=True)
+
+
+def _new(like: Arg, shape: tuple[int, ...], dtype: str, name: str, zero: bool) -> Arg:
+    store = np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
+    if like.device is None:
+        data = (np.zeros if zero else np.empty)(shape, store)
     else:
-        out.data[...] = 0
-    return out
+        be = get_backend(like.device)
+        data = (be.zeros if zero else be.empty)(tuple(shape), store, like=like.data)
+    spelling = like.spelling if dtype == "bfloat16" else "plain"
+    return Arg(name, like.device, data, dtype, tuple(shape), spelling, like.ml_dtype,
+               like.caller)
 
 
 def reshaped(arg: Arg, shape: tuple[int, ...]) -> Arg:
@@ -236,9 +236,9 @@ def reshaped(arg: Arg, shape: tuple[int, ...]) -> Arg:
 
 def contiguous(arg: Arg) -> Arg:
     """`arg` itself when C-contiguous, else a contiguous copy."""
-    if _contiguous(arg.data, arg.kind):
+    if _contiguous(arg.data):
         return arg
-    return replace(arg, data=_contiguous_copy(arg.name, arg.data, arg.kind))
+    return replace(arg, data=_contiguous_copy(arg.data, arg.device))
 
 
 def _elem_strides(arg: Arg) -> tuple[int, ...] | None:
@@ -257,7 +257,7 @@ def row_layout(arg: Arg) -> tuple[Arg, int]:
     stride is copied."""
     n = arg.shape[-1] if arg.shape else 1
     rows = int(np.prod(arg.shape[:-1], dtype=np.int64))
-    if not _contiguous(arg.data, arg.kind):
+    if not _contiguous(arg.data):
         st = _elem_strides(arg)
         if st is not None and (n <= 1 or st[-1] == 1):
             # leading dims collapse when each stride is the next one times its extent
@@ -275,7 +275,7 @@ def row_layout(arg: Arg) -> tuple[Arg, int]:
 def unit_inner(arg: Arg) -> tuple[Arg, tuple[int, ...]]:
     """(`arg` with adjacent elements along its last axis, its element strides): the layout a
     kernel taking one stride per leading axis reads in place; others are copied."""
-    if not _contiguous(arg.data, arg.kind):
+    if not _contiguous(arg.data):
         st = _elem_strides(arg)
         if st is not None and (arg.shape[-1] <= 1 or st[-1] == 1):
             return arg, st
@@ -290,7 +290,7 @@ def blas_layout(arg: Arg) -> tuple[Arg, bool, int, int]:
     """(arg, transposed, leading dimension, batch stride) of a [.., R, C] matrix operand, as
     BLAS takes it: row-major with a row stride (`ld`) or column-major (`transposed`: element
     (r, c) at `r + c * ld`, e.g. a `w.T` view); any other layout is copied."""
-    st = _elem_strides(arg) if not _contiguous(arg.data, arg.kind) else None
+    st = _elem_strides(arg) if not _contiguous(arg.data) else None
     if st is None:
         arg = contiguous(arg)
         R, C = arg.shape[-2:]
@@ -320,9 +320,21 @@ def result(out: Arg) -> Any:
 
 def to_host(arg: Arg) -> np.ndarray:
     """A NumPy copy (or view) of a small array, for checks on its values."""
-    if arg.kind == "numpy":
+    if arg.device is None:
         return arg.data
-    return arg.data.get()
+    return get_backend(arg.device).to_host(arg.data)
+
+
+def moved_axis(arg: Arg, source: int, destination: int) -> Arg:
+    """A contiguous copy of `arg` (on its device) with axis `source` moved to
+    `destination`."""
+    if arg.device is None:
+        data = np.ascontiguousarray(np.moveaxis(arg.data, source, destination))
+    else:
+        order = [i for i in range(arg.ndim) if i != source % arg.ndim]
+        order.insert(destination % arg.ndim, source % arg.ndim)
+        data = get_backend(arg.device).ascontiguous(arg.data.transpose(order))
+    return replace(arg, data=data, shape=tuple(int(s) for s in data.shape))
 
 
 def positive_int(name: str, v: Any) -> int:

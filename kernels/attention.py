@@ -220,7 +220,7 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_l
     if lens.shape != (B,):
         raise ValueError(f"seq_lens: expected shape ({B},), got {lens.shape}")
     max_blocks = table.shape[1]
-    if table.kind == lens.kind == "numpy":
+    if table.device is None and lens.device is None:
         # host tables are checked before the launch; device tables are not copied back for
         # it (a synchronising copy per decode step): the kernel clamps what is out of range
         _check_pages(table.data, lens.data, NB, BS, max_blocks)

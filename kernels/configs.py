@@ -1,19 +1,20 @@
 """Tuning tables of the kernel library: which tile sizes and warps each kernel launches with,
 per backend and problem size.
 
-One table per kernel family, keyed by backend; each row holds a size bound and the meta-
-parameters used up to it (first matching row wins).  `pick(table, backend, size)` reads one.
-These are sane starting points, not tuned figures; an autotuner can later take the rows of a
-backend as its candidate `kd.Config`s (`candidates`).
+One table per kernel family, keyed by execution profile (never by backend name: a new
+backend gets the rows of its profile); each row holds a size bound and the meta-parameters
+used up to it (first matching row wins).  `pick(table, backend, size)` reads one.  These are
+sane starting points, not tuned figures; an autotuner takes the rows of a profile as its
+candidate `kd.Config`s (`candidates`).
 
-Rationale for the defaults:
-- CPU backends (llvm, interp) run one program per thread; tiles become loops that LLVM
-  vectorises, so a row kernel holds a whole row (<= 8192) and matmul blocks are 64x64x32,
-  which keeps the three tiles (16 KiB + 8 KiB + 8 KiB in fp32) in L1/L2.
-- interp runs tiles through NumPy, where the cost is per op, not per element: it uses the
-  same tiles as llvm (tests keep its shapes tiny).
-- GPU backends (cuda, opencl) spread a tile over num_warps * 32 threads. A table may have a
-  row set for a backend on one device kind, e.g. "opencl-cpu" (PoCL), picked first.
+Profiles (`profiles(backend)`, from the backend's declared facts, `backends/base.py`):
+- "tile": a tile-level backend (the NumPy interpreter), where the cost is per op, not per
+  element: the CPU's tiles or smaller (tests keep its shapes tiny).
+- "cpu": one CPU thread per program (`is_cpu`); tiles become loops that LLVM vectorises, so a
+  row kernel holds a whole row (<= 8192) and matmul blocks are 64x64x32, which keeps the three
+  tiles (16 KiB + 8 KiB + 8 KiB in fp32) in L1/L2.
+- "simt-cpu", "simt-gpu": a tile spread over num_warps * 32 work-items, on a CPU device (PoCL)
+  or a GPU; without a row of its own, "default" (the GPU's).
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ FUSED_ROW_MAX = 8192
 ROW: dict[str, list[Row]] = {
     # size = row length (already a power of two: the tile)
     "default": [(1024, {"num_warps": 4}), (INF, {"num_warps": 8})],
-    "llvm": [(INF, {"num_warps": 1})],
-    "interp": [(INF, {"num_warps": 1})],
+    "cpu": [(INF, {"num_warps": 1})],
+    "tile": [(INF, {"num_warps": 1})],
     # PoCL runs a work-group's work-items as loops split at every barrier: the fewest
     # work-items (one warp) cost least (measured 4-8x faster than 8 warps on softmax)
-    "opencl-cpu": [(INF, {"num_warps": 1})],
+    "simt-cpu": [(INF, {"num_warps": 1})],
 }
 # Tile of the looping row kernels (online softmax, long-row norms).
-ROW_LOOP_BLOCK: dict[str, int] = {"default": 2048, "llvm": 2048, "interp": 1024}
+ROW_LOOP_BLOCK: dict[str, int] = {"default": 2048, "cpu": 2048, "tile": 1024}
 
 MATMUL: dict[str, list[Row]] = {
     # size = M * N of the output
@@ -44,7 +45,7 @@ MATMUL: dict[str, list[Row]] = {
         (64 * 64, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4}),
         (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4}),
     ],
-    "llvm": [
+    "cpu": [
         (32 * 32, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1}),
         (256 * 256, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
                      "num_warps": 1}),
@@ -53,8 +54,8 @@ MATMUL: dict[str, list[Row]] = {
         # fifth round); the dot's arrays take ~320 KiB of the thread's stack.
         (INF, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1}),
     ],
-    "interp": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
-                      "num_warps": 1})],
+    "tile": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
+                    "num_warps": 1})],
 }
 
 # Same shapes for the fused gate/up kernel and the dequantising matmul (two B tiles / one
@@ -66,13 +67,11 @@ QUANT: dict[str, list[Row]] = {
     # 64x128x64 (was 32x64x32): faster at M = 1, 16 and 256 (int4, K = N = 4096) in
     # interleaved runs on an Emerald Rapids host; `fit_rows` cuts BLOCK_M for small M
     # (benchmarks/RESULTS.md, 2026-12-01).
-    "llvm": [(INF, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+    "cpu": [(INF, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                     "num_warps": 1})],
-    "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
-                      "num_warps": 1})],
 }
 
-QUANT["opencl-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT["default"]]
+QUANT["simt-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT["default"]]
 
 ATTENTION: dict[str, list[Row]] = {
     # size = seq_q
@@ -80,35 +79,47 @@ ATTENTION: dict[str, list[Row]] = {
     # 64x64 from seq_q 33 up: 1.27x (1.29x causal) faster than 32x32 with the 512-bit
     # micro-kernel (8 heads x 1024 x 64, Emerald Rapids, interleaved; benchmarks/RESULTS.md,
     # 2026-12-01); BLOCK_N changes the online-softmax rescaling steps (results within an ulp).
-    "llvm": [(16, {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 1}),
-             (32, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1}),
-             (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 1})],
-    "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1})],
+    "cpu": [(16, {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 1}),
+            (32, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1}),
+            (INF, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 1})],
+    "tile": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1})],
 }
 
-ATTENTION["opencl-cpu"] = [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1})]
+ATTENTION["simt-cpu"] = [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 1})]
 
 DECODE: dict[str, list[Row]] = {
     # size = head dim; the token tile is the cache block size
     "default": [(INF, {"num_warps": 2})],
-    "llvm": [(INF, {"num_warps": 1})],
-    "interp": [(INF, {"num_warps": 1})],
+    "cpu": [(INF, {"num_warps": 1})],
+    "tile": [(INF, {"num_warps": 1})],
 }
 
 
-DECODE["opencl-cpu"] = [(INF, {"num_warps": 1})]
+DECODE["simt-cpu"] = [(INF, {"num_warps": 1})]
 
 
-def _rows(table: dict[str, list[Row]], backend: str) -> list[Row]:
-    """The rows for `backend` on this machine's device kind ("opencl-cpu"), else for the
-    backend, else the default."""
+def profiles(backend: str) -> tuple[str, ...]:
+    """The table keys that apply to `backend`, most specific first ("default" last)."""
     from kdsl.backends import get_backend
 
-    kind = get_backend(backend).device_kind()
-    for key in (f"{backend}-{kind}", backend):
+    be = get_backend(backend)
+    if be.level == "tile":
+        return ("tile", "default")
+    if be.is_cpu:
+        return ("cpu", "default")
+    return (f"simt-{be.device_kind()}", "default")
+
+
+def _row(table: dict[str, Any], backend: str) -> Any:
+    for key in profiles(backend):
         if key in table:
             return table[key]
     return table["default"]
+
+
+def _rows(table: dict[str, list[Row]], backend: str) -> list[Row]:
+    """The rows of `backend`'s profile on this machine's device, else the default."""
+    return _row(table, backend)
 
 
 def pick(table: dict[str, list[Row]], backend: str, size: int) -> dict[str, Any]:
@@ -132,14 +143,14 @@ def candidates(table: dict[str, list[Row]], backend: str) -> list[dict[str, Any]
 # Smallest BLOCK_M `fit_rows` cuts to, per backend: the CPU dot has no minimum (a one-row tile
 # is a GEMV: no padding rows computed and thrown away); GPU dots keep 16 rows (tensor-core mma
 # tiles are 16 rows high).
-MIN_BLOCK_M: dict[str, int] = {"default": 16, "llvm": 1, "interp": 1}
+MIN_BLOCK_M: dict[str, int] = {"default": 16, "cpu": 1, "tile": 1}
 
 
 def fit_rows(meta: dict[str, Any], M: int, backend: str) -> dict[str, Any]:
     """`meta` with BLOCK_M cut to the smallest power of two >= M (not below the backend's
     MIN_BLOCK_M): a problem of few rows, such as decoding with M = 1, gets a tile of its height
     instead of 16-64 masked rows."""
-    floor = MIN_BLOCK_M.get(backend, MIN_BLOCK_M["default"])
+    floor = next(MIN_BLOCK_M[k] for k in profiles(backend) if k in MIN_BLOCK_M)
     rows = max(floor, 1 << max(M - 1, 0).bit_length())
     if "BLOCK_M" in meta and rows < meta["BLOCK_M"]:
         meta = {**meta, "BLOCK_M": rows}
@@ -147,7 +158,7 @@ def fit_rows(meta: dict[str, Any], M: int, backend: str) -> dict[str, Any]:
 
 
 def row_loop_block(backend: str) -> int:
-    return ROW_LOOP_BLOCK.get(backend, ROW_LOOP_BLOCK["default"])
+    return _row(ROW_LOOP_BLOCK, backend)
 
 
 # Extra candidates the matmul autotuner tries beside the table rows (docs/kernels.md): the
@@ -159,14 +170,14 @@ MATMUL_SEARCH: dict[str, list[dict[str, Any]]] = {
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4},
         {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4},
     ],
-    "llvm": [
+    "cpu": [
         {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1},
     ],
-    "interp": [],
+    "tile": [],
 }
 
 
@@ -175,8 +186,7 @@ def search_space(table: dict[str, list[Row]], search: dict[str, list[dict[str, A
     """The autotuner's candidates for a problem of `size`: the table's pick first (it is the
     reference the others must agree with), then the other rows and the extra candidates."""
     out = [pick(table, backend, size)]
-    for meta in candidates(table, backend) + [dict(m) for m in
-                                              search.get(backend, search["default"])]:
+    for meta in candidates(table, backend) + [dict(m) for m in _row(search, backend)]:
         if meta not in out:
             out.append(meta)
     return out
@@ -192,11 +202,11 @@ BLOCK_SPARSE: dict[str, list[Row]] = {
                        "num_warps": 4})],
     # 64 rows: at 2048^3, 10% dense, as fast as 128 for blocks of 64 and 128 and faster for
     # 32 (17.8 vs 14.0 GFLOP/s) and 16 (with row-pointer tile reads, kernels/sparse.py)
-    "llvm": [(INF, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+    "cpu": [(INF, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
                     "num_warps": 1})],
-    "interp": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
+    "tile": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
                       "num_warps": 1})],
-    "opencl-cpu": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
+    "simt-cpu": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
                           "num_warps": 1})],
 }
 
@@ -206,11 +216,11 @@ SEMI_STRUCTURED: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8, "GROUPS": 2,
                        "num_warps": 4})],
     # 128x64 with 2 groups a step beat 64x64 (2 or 4 groups), 128x32 and 128x64x4 at 2048^3
-    "llvm": [(INF, {"BLOCK_M": 128, "BLOCK_N": 64, "GROUP_M": 8, "GROUPS": 2,
+    "cpu": [(INF, {"BLOCK_M": 128, "BLOCK_N": 64, "GROUP_M": 8, "GROUPS": 2,
                     "num_warps": 1})],
-    "interp": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_M": 4, "GROUPS": 2,
+    "tile": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_M": 4, "GROUPS": 2,
                       "num_warps": 1})],
-    "opencl-cpu": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "GROUP_M": 8, "GROUPS": 2,
+    "simt-cpu": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "GROUP_M": 8, "GROUPS": 2,
                           "num_warps": 1})],
 }
 
@@ -225,7 +235,7 @@ SEMI_STRUCTURED_MMA: dict[str, list[Row]] = {
 # sparsify_2_4, size = K * N
 SPARSIFY: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_G": 8, "BLOCK_N": 64, "num_warps": 4})],
-    "llvm": [(INF, {"BLOCK_G": 16, "BLOCK_N": 128, "num_warps": 1})],
-    "interp": [(INF, {"BLOCK_G": 16, "BLOCK_N": 64, "num_warps": 1})],
-    "opencl-cpu": [(INF, {"BLOCK_G": 8, "BLOCK_N": 64, "num_warps": 1})],
+    "cpu": [(INF, {"BLOCK_G": 16, "BLOCK_N": 128, "num_warps": 1})],
+    "tile": [(INF, {"BLOCK_G": 16, "BLOCK_N": 64, "num_warps": 1})],
+    "simt-cpu": [(INF, {"BLOCK_G": 8, "BLOCK_N": 64, "num_warps": 1})],
 }

@@ -16,6 +16,7 @@ from typing import Any
 
 import kdsl as kd
 from kdsl.autotune import enabled as autotune_enabled
+from kdsl.runtime.registry import reference_backend
 
 from . import configs
 from ._index import wide_offsets, widen
@@ -128,7 +129,7 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
         flags.update(A_T=a_t, B_T=b_t)
     if wide_offsets(a, b, out):
         flags["WIDE"] = True
-    if a.kind == "numpy" and backend != "interp" and autotune_enabled():
+    if a.device is None and backend != reference_backend() and autotune_enabled():
         # host arrays: the autotuner picks the fastest configuration that agrees with the
         # table's (per backend, device and (M, N, K); cached on disk; KDSL_AUTOTUNE=0 skips it)
         def grid(meta):

@@ -23,8 +23,8 @@ from ._validate import (
     Arg,
     as_arg,
     empty,
+    moved_axis,
     next_pow2,
-    replace,
     reshaped,
     resolve_backend,
     result,
@@ -70,14 +70,7 @@ def softmax_online_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexp
 
 def _move_last(x: Arg, axis: int) -> Arg:
     """A contiguous copy of `x` with `axis` moved last."""
-    if x.kind == "opencl":
-        import pyopencl.array as cla
-        host = np.ascontiguousarray(np.moveaxis(x.data.get(), axis, -1))
-        data = cla.to_device(x.data.queue, host)
-    else:
-        xp = np if x.kind == "numpy" else __import__("cupy")
-        data = xp.ascontiguousarray(xp.moveaxis(x.data, axis, -1))
-    return replace(x, data=data, shape=tuple(data.shape))
+    return moved_axis(x, axis, -1)
 
 
 def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
@@ -116,14 +109,7 @@ def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
 
 def _move_back(y: Arg, axis: int) -> Arg:
     """Inverse of `_move_last`: the last axis back to `axis`, contiguous."""
-    if y.kind == "opencl":
-        import pyopencl.array as cla
-        host = np.ascontiguousarray(np.moveaxis(y.data.get(), -1, axis))
-        data = cla.to_device(y.data.queue, host)
-    else:
-        xp = np if y.kind == "numpy" else __import__("cupy")
-        data = xp.ascontiguousarray(xp.moveaxis(y.data, -1, axis))
-    return replace(y, data=data, shape=tuple(data.shape))
+    return moved_axis(y, -1, axis)
 
 
 # ------------------------------------------------------------------------------ backward

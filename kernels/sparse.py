@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import kdsl as kd
+from kdsl.backends import get_backend
 
 from . import configs
 from ._index import wide_offsets, widen
@@ -140,21 +141,17 @@ def _cached_index(layout: np.ndarray) -> tuple[tuple, tuple[np.ndarray, ...]]:
 
 
 def _device_index(key: tuple, index: tuple, like: Arg) -> tuple:
-    """`index` as arrays of `like`'s kind (cached per layout and device queue)."""
-    if like.kind == "numpy":
+    """`index` as arrays on `like`'s device (cached per layout and device queue)."""
+    if like.device is None:
         return index
     queue = getattr(like.data, "queue", None)
-    dkey = (key, like.kind, id(queue))
+    dkey = (key, like.device, id(queue))
     hit = _DEVICE_INDEX.get(dkey)
     if hit is not None and hit[0] is queue:
         _DEVICE_INDEX.move_to_end(dkey)
         return hit[1]
-    if like.kind == "cupy":
-        import cupy
-        arrays = tuple(cupy.asarray(x) for x in index)
-    else:
-        import pyopencl.array as cla
-        arrays = tuple(cla.to_device(queue, x) for x in index)
+    be = get_backend(like.device)
+    arrays = tuple(be.to_device(x, like=like.data) for x in index)
     return _remember(_DEVICE_INDEX, dkey, (queue, arrays))[1]
 
 
@@ -442,7 +439,7 @@ MMA_SP_DTYPES = ("float16", "bfloat16")
 def _check_meta(meta: Arg) -> None:
     """Host `meta` holds indices 0-3, increasing within each kept pair (device arrays are not
     copied back for this: the kernels read an index as `meta & 3`)."""
-    if meta.kind != "numpy" or 0 in meta.shape:
+    if meta.device is not None or 0 in meta.shape:
         return
     m = np.asarray(meta.data).astype(np.int16)
     bad = (m < 0) | (m > 3)

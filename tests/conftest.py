@@ -34,19 +34,21 @@ import pytest  # noqa: E402  (after the environment is set)
 # tests/kernels holds kcases, the kernel cases several folders share
 sys.path.insert(0, str(Path(__file__).resolve().parent / "kernels"))
 
+from kdsl.backends import all_backend_names  # noqa: E402
 from kdsl.backends.base import Backend  # noqa: E402
 from kdsl.ir import tile  # noqa: E402
 from kdsl.target import Target  # noqa: E402
 
-ALL_BACKENDS = ["interp", "llvm", "opencl", "cuda"]
-
 
 def _selected() -> list[str]:
+    """Every registered backend (the registry's list, so a new backend is tested without a
+    line here), narrowed by KDSL_TEST_BACKENDS."""
+    every = all_backend_names()
     env = os.environ.get("KDSL_TEST_BACKENDS", "").strip()
     if not env:
-        return ALL_BACKENDS
+        return every
     wanted = [b.strip() for b in env.split(",") if b.strip()]
-    return [b for b in wanted if b in ALL_BACKENDS] or wanted
+    return [b for b in wanted if b in every] or wanted
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -2,6 +2,6 @@
 
 import sys
 
-from kdsl.fuzz.run import main
+from kdsl.tools.fuzz.run import main
 
 sys.exit(main())

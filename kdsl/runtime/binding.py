@@ -10,8 +10,8 @@ Three steps, each raising TypeError/ValueError that names the offending argument
      object with `__dlpack__` on the CPU          -> pointer (viewed with `np.from_dlpack`;
                                                      torch tensors as `views.torch_host`)
      a backend's device array (`Backend.owns`)    -> pointer, used in place (contiguous)
-     `bfloat16_view(uint16_array)`                -> pointer to bfloat16
-     `float8_view(uint8_array, kd.float8e4nv)`     -> pointer to that 8-bit float
+     `kd.bfloat16_view(uint16_array)`             -> pointer to bfloat16 (`dtype_views.py`)
+     `kd.float8_view(uint8_array, kd.float8e4nv)`  -> pointer to that 8-bit float
      an ml_dtypes float8 array (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz) -> pointer to float8e4nv,
        float8e5, float8e4b8, float8e5b16; a torch float8 tensor -> the same, through its uint8
        view (DLPack has no 8-bit floats)
@@ -22,7 +22,7 @@ Three steps, each raising TypeError/ValueError that names the offending argument
    A non-contiguous view is bound as its memory span (`views.py`), so that the kernel, given
    the view's strides, reaches every element on every backend.
    bfloat16 arrays: an `ml_dtypes.bfloat16` array is accepted when ml_dtypes is installed;
-   without it, pass the raw bits as a uint16 array wrapped in `bfloat16_view`.
+   without it, pass the raw bits as a uint16 array wrapped in `kd.bfloat16_view`.
 3. `normalize_grid` checks the launch grid and pads it to three dimensions.
 
 The common cases (NumPy arrays, Python scalars) are tested first and their answers are kept
@@ -45,6 +45,7 @@ from kdsl.backends.base import BoundArg
 from kdsl.ir import types as T
 
 from .annotations import annotation_type, convert_scalar
+from .dtype_views import DTypeView, bfloat16_view, float8_view  # noqa: F401  (old spellings)
 from .views import is_torch, strided_span, torch_host
 
 _MISSING = object()
@@ -141,35 +142,6 @@ class Signature:
 
 
 # ------------------------------------------------------------------------------ arguments
-
-class DTypeView:
-    """An array whose elements are to be read as `dtype` (same item size), e.g. uint16 bits
-    holding bfloat16 values.  Build with `bfloat16_view`."""
-
-    __slots__ = ("array", "dtype")
-
-    def __init__(self, array: Any, dtype: T.DType):
-        self.array = array
-        self.dtype = dtype
-
-
-def bfloat16_view(array: Any) -> DTypeView:
-    """Mark a uint16 (or int16) array as holding bfloat16 bits."""
-    if np.dtype(array.dtype).itemsize != 2:
-        raise TypeError(f"bfloat16_view needs a 16-bit array, got dtype {array.dtype}")
-    return DTypeView(array, T.bfloat16)
-
-
-def float8_view(array: Any, dtype: T.DType) -> DTypeView:
-    """Mark a uint8 (or int8) array as holding the codes of the 8-bit float `dtype`
-    (`kd.float8e4nv`, `kd.float8e5`, `kd.float8e4b15`, `kd.float8e4b8`, `kd.float8e5b16`)."""
-    if not (isinstance(dtype, T.DType) and dtype.is_fp8):
-        raise TypeError(f"float8_view needs an 8-bit float dtype (kd.float8e4nv, ...), got "
-                        f"{dtype!r}")
-    if np.dtype(array.dtype).itemsize != 1:
-        raise TypeError(f"float8_view needs an array of bytes (uint8), got dtype {array.dtype}")
-    return DTypeView(array, dtype)
-
 
 # torch's 8-bit float dtypes (by name: torch is optional) -> kdsl's
 _TORCH_FP8 = {"torch.float8_e4m3fn": T.float8e4nv, "torch.float8_e5m2": T.float8e5,
@@ -290,17 +262,12 @@ def _device_pointer(v: Any) -> int | None:
     return None
 
 
-_DL_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
+def _device_dlpack(name: str, v: Any, owner: str) -> tuple[str, BoundArg, str]:
+    """A device tensor of another library (torch) on a device backend `owner` views through
+    DLPack (`Backend.dlpack_devices`): that backend's array over the same memory, bfloat16
+    through its int16 bits, `requires_grad` tensors through `detach()`."""
+    from kdsl.backends import get_backend
 
-
-def _cuda_dlpack(name: str, v: Any) -> tuple[str, BoundArg, str]:
-    """A CUDA tensor from another library (torch): viewed as a CuPy array over the same memory
-    (DLPack), bfloat16 through its int16 bits, `requires_grad` tensors through `detach()`."""
-    try:
-        import cupy
-    except Exception as e:
-        raise TypeError(f"argument {name!r}: a CUDA array needs CuPy (pip install "
-                        f"'kdsl[cuda]'): {e}") from None
     dtype = None
     if is_torch(v):
         import torch
@@ -309,12 +276,15 @@ def _cuda_dlpack(name: str, v: Any) -> tuple[str, BoundArg, str]:
             v = v.detach()
         if v.dtype == torch.bfloat16:
             v, dtype = v.view(torch.int16), T.bfloat16
+    be = get_backend(owner)
     try:
-        arr = cupy.from_dlpack(v)
+        arr = be.from_dlpack(v)
+    except ImportError as e:
+        raise TypeError(f"argument {name!r}: {e}") from None
     except Exception as e:
-        raise TypeError(f"argument {name!r}: cannot view this CUDA array through DLPack: "
-                        f"{e}") from None
-    return _device_array(name, arr, "cuda", dtype)
+        raise TypeError(f"argument {name!r}: the {owner} backend cannot view this array as a "
+                        f"{be.array_name} array through DLPack: {e}") from None
+    return _device_array(name, arr, owner, dtype)
 
 
 def _dlpack(name: str, v: Any) -> tuple[str, BoundArg, None]:
@@ -324,9 +294,12 @@ def _dlpack(name: str, v: Any) -> tuple[str, BoundArg, None]:
             dev_type = int(dev()[0])
         except Exception as e:
             raise TypeError(f"argument {name!r}: __dlpack_device__() failed: {e}") from None
-        if dev_type in _DL_CUDA:
-            return _cuda_dlpack(name, v)
-        if dev_type != 1:  # kDLCPU
+        if dev_type != 1:  # not kDLCPU: a device backend's, else nobody's
+            from .registry import dlpack_owner
+
+            owner = dlpack_owner(dev_type)
+            if owner is not None:
+                return _device_dlpack(name, v, owner)
             raise TypeError(
                 f"argument {name!r}: a DLPack array on device type {dev_type} that no "
                 f"available backend owns; pass a NumPy array or the backend's device array")

@@ -20,6 +20,7 @@ from kdsl.backends.base import Backend, BoundArg
 from kdsl.compile_options import CompileOptions
 from kdsl.target import Target
 
+from .device import launcher
 from .stages import Stages
 
 
@@ -60,7 +61,8 @@ class CompiledKernel:
         self.ir = ir
         self.num_warps = num_warps
         self._handle = handle
-        self._launch = backend.launch
+        # a device backend's arrays go through the runtime's copy-in/copy-back (device.py)
+        self._launch = launcher(backend)
         self._stored = _stored_indices(kernel)
         #: checked mode's site table and hidden parameters (kdsl/passes/checks.py), or None
         self.checks = (getattr(kernel, "attrs", None) or {}).get("checks")

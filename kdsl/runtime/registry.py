@@ -1,5 +1,6 @@
 """Runtime access to the backend registry: availability, the reason a backend cannot run,
-and which backend owns a device array.
+which backend owns a device array (or views a DLPack device), the default and the reference
+backend.  Code outside `backends/` asks these questions instead of naming a backend.
 
 The table of backends itself lives in `backends/__init__.py`; this module adds the runtime's
 questions about it, with their answers cached (probing OpenCL platforms or CUDA devices is
@@ -44,9 +45,11 @@ def backend_status(name: str) -> tuple[bool, str]:
         else:
             why = ""
         if not ok and not why:
-            reason = getattr(be, "unavailable_reason", None)
-            why = (reason() if callable(reason) else "") or _reg.UNAVAILABLE_HINTS.get(
-                name, "is_available() returned False")
+            try:
+                why = be.unavailable_reason()
+            except Exception as e:
+                why = f"{type(e).__name__}: {e}"
+            why = why or "is_available() returned False"
         st = (ok, why)
     _status[name] = st
     return st
@@ -88,6 +91,31 @@ def owner_of(obj: Any) -> str | None:
     return owner
 
 
+def dlpack_owner(device_type: int) -> str | None:
+    """Name of the backend that views DLPack arrays of `device_type` (`Backend.dlpack_devices`),
+    or None."""
+    for name in _reg.all_backend_names():
+        try:
+            if device_type in _reg.get_backend(name).dlpack_devices:
+                return name
+        except Exception:  # a backend that cannot load views nothing
+            continue
+    return None
+
+
 def default_backend() -> str:
-    """Backend used when neither `backend=` nor the arrays decide: `KDSL_BACKEND`, else llvm."""
-    return os.environ.get("KDSL_BACKEND") or "llvm"
+    """Backend used when neither `backend=` nor the arrays decide: `KDSL_BACKEND`, else the
+    registry's default."""
+    return os.environ.get("KDSL_BACKEND") or _reg.DEFAULT
+
+
+def reference_backend() -> str:
+    """The reference backend (the NumPy interpreter of the Tile IR)."""
+    return _reg.REFERENCE
+
+
+def measured_backends() -> list[str]:
+    """The available backends but the reference (too slow to time; `kdsl bench`, the
+    fuzzer), else the reference alone."""
+    avail = available_backends()
+    return [n for n in avail if n != _reg.REFERENCE] or avail

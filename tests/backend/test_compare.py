@@ -34,7 +34,7 @@ PLANTED = textwrap.dedent('''
 def _load(tmp_path):
     path = tmp_path / "planted.py"
     path.write_text(PLANTED)
-    from kdsl.compare import load_module
+    from kdsl.tools.loader import load_module
     return path, load_module(path, "planted_kernels")
 
 

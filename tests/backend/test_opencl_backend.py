@@ -16,6 +16,7 @@ from kdsl.backends.base import BoundArg
 from kdsl.backends.opencl import OpenCLBackend
 from kdsl.ir import loop
 from kdsl.ir.types import from_numpy
+from kdsl.runtime.device import launch
 
 _spec = importlib.util.spec_from_file_location(
     "kdsl_c_like_samples", Path(__file__).parents[1] / "codegen" / "test_c_like.py")
@@ -41,7 +42,7 @@ def run(kernel: loop.Kernel, grid: int, **values) -> None:
         else:
             args.append(BoundArg(p.name, "scalar", p.dtype, v))
     handle = BACKEND.build(kernel, BACKEND.codegen(kernel))
-    BACKEND.launch(handle, kernel, (grid, 1, 1), args)
+    launch(BACKEND, handle, kernel, (grid, 1, 1), args)
 
 
 def test_target_and_hash():
@@ -210,7 +211,7 @@ def test_binary_cache_round_trip():
     out = np.zeros_like(x)
     args = [BoundArg(name, "array", samples.float32, v, host=v, nbytes=v.nbytes, numel=v.size)
             for name, v in (("x", x), ("y", x), ("out", out))]
-    BACKEND.launch(again, k, (2, 1, 1), args + [BoundArg("n", "scalar", samples.int32, 100)])
+    launch(BACKEND, again, k, (2, 1, 1), args + [BoundArg("n", "scalar", samples.int32, 100)])
     np.testing.assert_array_equal(out, 2 * x)
 
 
@@ -224,7 +225,7 @@ def test_pyopencl_arrays_are_used_in_place():
     k = samples.vector_add(32)
     args = [BoundArg(name, "array", samples.float32, v, nbytes=v.nbytes, numel=v.size)
             for name, v in (("x", x), ("y", x), ("out", out))]
-    BACKEND.launch(BACKEND.build(k, BACKEND.codegen(k)), k, (1, 1, 1),
+    launch(BACKEND, BACKEND.build(k, BACKEND.codegen(k)), k, (1, 1, 1),
                    args + [BoundArg("n", "scalar", samples.int32, 64)])
     np.testing.assert_array_equal(out.get(), 2 * np.arange(64, dtype=np.float32))
 

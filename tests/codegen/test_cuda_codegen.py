@@ -11,6 +11,7 @@ import pytest
 from kdsl.compile_options import CompileOptions
 from kdsl.backends import cuda
 from kdsl.backends.cuda import CUDABackend, compile_cubin, compile_ptx, resource_usage
+from kdsl.runtime.device import launch
 
 _spec = importlib.util.spec_from_file_location(
     "kdsl_c_like_samples", Path(__file__).with_name("test_c_like.py"))
@@ -101,6 +102,6 @@ def test_vector_add_runs_on_gpu():
     args = [BoundArg(name, "array", samples.float32, v, host=v, nbytes=v.nbytes, numel=v.size)
             for name, v in (("x", x), ("y", x), ("out", out))]
     handle = BACKEND.build(k, BACKEND.codegen(k))
-    BACKEND.launch(handle, k, (4, 1, 1), args + [BoundArg("n", "scalar", samples.int32, n)])
+    launch(BACKEND, handle, k, (4, 1, 1), args + [BoundArg("n", "scalar", samples.int32, n)])
     np.testing.assert_array_equal(out, 2 * x)
     assert BACKEND.serialize(handle)[:4] == b"\x7fELF"

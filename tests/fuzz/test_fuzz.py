@@ -171,7 +171,7 @@ _MARKERS = {"scan": ("kd.cumsum", "kd.cumprod", "associative_scan", ".cumsum("),
 def test_each_feature_writes_kernels_the_frontend_accepts(feature):
     """Programs of one feature (and loads) run on the interpreter; the generator's model of
     types and shapes agrees with the frontend's."""
-    from kdsl.fuzz.run import initial_outputs
+    from kdsl.tools.fuzz.run import initial_outputs
 
     seen = 0
     for seed in range(12):

@@ -12,9 +12,9 @@ import pytest
 from kdsl.backends import all_backend_names, get_backend
 
 import kdsl as kd
-from kdsl import capabilities as caps
 from kdsl.lowering.caps import TYPE_NEEDS
 from kdsl.lowering.elementwise import NEEDS_CAP
+from kdsl.tools import capabilities as caps
 
 DOC = Path(__file__).parents[2] / "docs" / "language.md"
 BACKENDS = {"interp", "llvm", "opencl", "cuda"}

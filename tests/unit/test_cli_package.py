@@ -134,7 +134,7 @@ def test_missing_extra_is_named_before_work(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "matplotlib" else real(name, *a))
     ran = []
-    monkeypatch.setattr("kdsl.bench.bench_cli", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr("kdsl.tools.sweep.bench_cli", lambda *a, **k: ran.append(1))
     assert cli.main(["bench", "softmax", "--plot", "out.png"]) == 2
     assert not ran  # refused before benchmarking
     err = capsys.readouterr().err

@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from kdsl.kernels import reference as R
 
-from kdsl import cli, roofline
-from kdsl import compare as C
+from kdsl import cli
+from kdsl.kernels.cases import CASES
+from kdsl.tools import compare as C
+from kdsl.tools import roofline
+from kdsl.tools.report import fmt_ulp, measure
 from kdsl.testing import MAX_TOL, assert_close, tolerance
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -36,7 +39,7 @@ def _fake(name, dtype, fill):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", sorted(C.CASES))
+@pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("fill", [0.0, np.nan], ids=["zeros", "nan"])
 def test_garbage_output_of_every_library_kernel_fails(monkeypatch, name, dtype, fill):
     monkeypatch.setattr(K, name, _fake(name, dtype, fill))
@@ -78,12 +81,12 @@ def test_scale_is_the_reference_magnitude():
 def test_ulps_only_away_from_zero():
     exp = np.array([1.0, 2.0, 1e-6])
     got = np.array([1.0, 2.0 + 2**-22, 1e-6 + 1e-9], np.float32)
-    r, _ = C.measure("x", "out", got, exp, "float32", 1)
+    r, _ = measure("x", "out", got, exp, "float32", 1)
     assert r.passed and r.max_ulp == 1.0  # not the ~1e4 ulps of 1e-9 at 1e-6
     assert sum(r.ulp_hist.values()) == 2
-    r, _ = C.measure("x", "out", np.zeros(3, np.float32), np.zeros(3), "float32", 1)
+    r, _ = measure("x", "out", np.zeros(3, np.float32), np.zeros(3), "float32", 1)
     assert r.passed and r.max_ulp is None  # no element away from zero: shown as "-"
-    assert C._fmt_ulp(r.max_ulp) == "-"
+    assert fmt_ulp(r.max_ulp) == "-"
 
 
 def test_exit_codes(monkeypatch, capsys, tmp_path):

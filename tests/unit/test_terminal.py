@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from kdsl import term
-from kdsl.bench import Progress
+from kdsl.term import Progress
 
 
 class _Tty(io.StringIO):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import kdsl as kd
-from kdsl import bench, cli, roofline
-from kdsl.compare import measure, ulp_of
+from kdsl import cli, term
+from kdsl.tools import probe_kernels, roofline
+from kdsl.tools.report import measure, ulp_of
 
 
 def test_ulp_of_dtypes():
@@ -41,7 +42,7 @@ def test_do_bench_backend_and_overhead(backend):
     x = np.ones(4096, np.float32)
     y = np.empty_like(x)
     t = kd.testing.do_bench(
-        lambda: roofline._copy[(4,)](x, y, x.size, BLOCK=1024, backend=backend),
+        lambda: probe_kernels.copy[(4,)](x, y, x.size, BLOCK=1024, backend=backend),
         backend=backend, warmup=1, rep=5)
     assert t.median > 0 and t.launch_overhead is not None and t.launch_overhead > 0
     assert t.clock == {"opencl": "opencl events", "cuda": "cuda events"}.get(backend,
@@ -55,7 +56,7 @@ def test_progress_bar():
             return True
 
     s = Tty()  # a bar on a terminal; plain lines elsewhere (tests/unit/test_terminal.py)
-    with bench.Progress(2, "work", stream=s) as p:
+    with term.Progress(2, "work", stream=s) as p:
         p.step("a")
         p.step("b")
     assert "work [" in s.getvalue() and "2/2" in s.getvalue()
@@ -95,5 +96,5 @@ def test_cli_info_versions(capsys):
 
 
 def test_capability_ops_come_from_the_language():
-    ops = __import__('kdsl.capabilities', fromlist=['x']).cap_ops()
+    ops = __import__('kdsl.tools.capabilities', fromlist=['x']).cap_ops()
     assert {"exp", "sum", "max", "argmin", "cumsum", "dot", "maximum", "fma", "add"} <= set(ops)

@@ -2,7 +2,7 @@
 `while` loops, early `return`, tuple reductions, max/min with indices, shape ops, fp8 casts
 and libdevice functions (docs/fuzzing.md has the error model of each).
 
-`TritonStatements` is a mixin of `kdsl.fuzz.gen._Gen`: each `s_<feature>` method writes one
+`TritonStatements` is a mixin of `kdsl.tools.fuzz.gen._Gen`: each `s_<feature>` method writes one
 statement through the generator's helpers (`pick`, `define`, `emit`, ...) and records the new
 values with their magnitude and error bounds; returning False means "not applicable here" (the
 generator then emits a load instead).
@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from kdsl.fuzz.libdevice_fns import FNS
-from kdsl.fuzz.model import (
+from kdsl.tools.fuzz.libdevice_fns import FNS
+from kdsl.tools.fuzz.model import (
     _BLOCK_NAME,
     _DIMS,
     _EPS,
@@ -29,7 +29,7 @@ from kdsl.fuzz.model import (
 )
 
 if TYPE_CHECKING:
-    from kdsl.fuzz.gen import _Gen
+    from kdsl.tools.fuzz.gen import _Gen
 
 TRITON_FEATURES = frozenset(["scan", "atomic", "block_ptr", "random", "while", "return",
                              "tuple_reduce", "max_index", "shape", "fp8", "libdevice",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kdsl.fuzz.model import (
+from kdsl.tools.fuzz.model import (
     _BLOCK_NAME,
     _BLOCKS,
     _DIMS,
@@ -22,7 +22,7 @@ from kdsl.fuzz.model import (
     bcast,
     promote,
 )
-from kdsl.fuzz.triton import TRITON_FEATURES, TritonStatements
+from kdsl.tools.fuzz.triton import TRITON_FEATURES, TritonStatements
 
 
 class _Gen(TritonStatements):

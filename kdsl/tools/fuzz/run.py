@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from kdsl.fuzz.gen import ALL_FEATURES, programs
-from kdsl.fuzz.model import _EPS, Program, _is_float
+from kdsl.backends import REFERENCE
+from kdsl.tools.fuzz.gen import ALL_FEATURES, programs
+from kdsl.tools.fuzz.model import _EPS, Program, _is_float
 
 # -------------------------------------------------------------------------------- running
 
@@ -84,7 +85,7 @@ def _sentinel(dtype: str) -> np.ndarray:
 
 def run_on(p: Program, backend: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Launch the program on one backend; returns the output buffers (guards included)."""
-    from kdsl.runtime.binding import bfloat16_view
+    from kdsl.runtime.dtype_views import bfloat16_view
     kern = load_kernel(p.source)
     outs = initial_outputs(p)
     wrap = (lambda a, t: bfloat16_view(a) if t == "bfloat16" else a)
@@ -139,7 +140,7 @@ def _values(a: np.ndarray, dtype: str) -> np.ndarray:
 
 def compare(p: Program, j: int, got: np.ndarray, ref: np.ndarray) -> str | None:
     """None when output `j` agrees with the reference, else a description."""
-    from kdsl.testing import assert_close
+    from kdsl.tools.tolerance import assert_close
     dtype = p.outputs[j][1]
     n = got.size - _GUARD
     g, r = _values(got, dtype), _values(ref, dtype)
@@ -169,12 +170,12 @@ def check_program(p: Program, backends: Sequence[str]) -> Report:
     rep = Report(p, list(backends))
     inputs = make_inputs(p)
     try:
-        ref = run_on(p, "interp", inputs)
+        ref = run_on(p, REFERENCE, inputs)
     except Exception as e:  # noqa: BLE001  (the reference itself fails: a frontend bug or a generator bug)
-        rep.mismatches.append(Mismatch("interp", "error", f"{type(e).__name__}: {e}"))
+        rep.mismatches.append(Mismatch(REFERENCE, "error", f"{type(e).__name__}: {e}"))
         return rep
     for b in backends:
-        if b == "interp":
+        if b == REFERENCE:
             continue
         try:
             outs = run_on(p, b, inputs)
@@ -189,8 +190,9 @@ def check_program(p: Program, backends: Sequence[str]) -> Report:
 
 
 def default_backends() -> list[str]:
-    import kdsl as kd
-    return [b for b in ("llvm", "opencl", "cuda") if b in kd.available_backends()]
+    """Every available backend but the reference."""
+    from kdsl.runtime.registry import available_backends
+    return [b for b in available_backends() if b != REFERENCE]
 
 
 # ------------------------------------------------------------------------------ the command

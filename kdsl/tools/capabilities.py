@@ -14,6 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from kdsl.backends import all_backend_names, get_backend
+from kdsl.runtime.dtype_views import bfloat16_view
+from kdsl.term import Progress
+
+from .loader import load_module
+
 _OPERATORS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%"}
 _CAP_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64")
 #: the columns of the printed matrix, in order (libdevice adds the unsigned ones)
@@ -21,7 +27,6 @@ COLUMNS = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "uint32
            "uint64")
 _SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
           "int8": "i8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64"}
-_BACKEND_SHORT = {"interp": "int", "llvm": "llv", "opencl": "ocl", "cuda": "cu"}
 
 
 def cap_ops() -> dict[str, str]:
@@ -123,12 +128,10 @@ def _cap_module(ops: dict[str, str]) -> Any:
     text = "\n".join(lines)
     if not path.is_file() or path.read_text() != text:
         path.write_text(text)
-    from .compare import load_module
     return load_module(path, "kdsl_cap_kernels")
 
 
 def _array(dt: str) -> Any:
-    from kdsl.runtime.binding import bfloat16_view
     if dt == "bfloat16":
         return bfloat16_view(np.zeros(256, np.uint16))
     return np.zeros(256, dt)
@@ -152,10 +155,8 @@ def capability_matrix(refresh: bool = False, backends: list[str] | None = None,
     import json
 
     import kdsl
-    from kdsl.backends import all_backend_names, get_backend
     from kdsl.runtime.cache import cache_dir, compiler_fingerprint
 
-    from .bench import Progress
     table = _cap_table()
     names = backends or all_backend_names()
     chosen = {k: table[k] for k in (ops or table)}
@@ -208,6 +209,14 @@ def backend_gaps(m: dict[str, dict[str, dict[str, str]]]) -> dict[tuple[str, str
     return gaps
 
 
+def _label(backend: str) -> str:
+    """The backend's short column label (`Backend.label`)."""
+    try:
+        return get_backend(backend).label
+    except Exception:  # an unloadable backend: its name
+        return backend
+
+
 def format_matrix(m: dict[str, dict[str, dict[str, str]]]) -> str:
     """One row per op, one column per dtype: `+` compiles on every backend, `-` on none (a
     language rule, e.g. atomics of int8), `-ocl` (say) compiles on every backend but those, `!`
@@ -217,7 +226,7 @@ def format_matrix(m: dict[str, dict[str, dict[str, str]]]) -> str:
         return "capabilities: no backends"
     ops = m[backends[0]]
     cols = [c for c in COLUMNS if any(c in row for row in ops.values())]
-    names = ", ".join(f"{_BACKEND_SHORT.get(b, b)} = {b}" for b in backends)
+    names = ", ".join(f"{_label(b)} = {b}" for b in backends)
     title = ("capabilities (every op compiled per dtype on every backend: + everywhere, - "
              f"nowhere, -B not on B, ! a compiler crash; {names}):")
     lines = [title, f"  {'op':<26}" + "".join(f"{_SHORT.get(c, c):>8}" for c in cols)]
@@ -230,7 +239,7 @@ def format_matrix(m: dict[str, dict[str, dict[str, str]]]) -> str:
                 continue
             bad = [b for b in backends if m[b].get(op, {}).get(c, "ok") != "ok"]
             cell = "+" if not bad else "-" if len(bad) == len(backends) else \
-                "-" + ",".join(_BACKEND_SHORT.get(b, b) for b in bad)
+                "-" + ",".join(_label(b) for b in bad)
             cells.append(("!" if (op, c) in crash else "") + cell)
         lines.append(f"  {op:<26}" + "".join(f"{cell:>8}" for cell in cells))
     return "\n".join(lines)

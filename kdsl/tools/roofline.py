@@ -6,7 +6,7 @@ kernel of independent FMA chains, and NumPy's float32 matmul (BLAS) as a practic
 host CPU; again the larger.  Results are cached per (backend, device) in
 `$KDSL_CACHE_DIR/roofline.json`; `measure(backend, refresh=True)` measures again.
 
-    r = roofline.measure("llvm");  r.bandwidth (GB/s), r.peak (GFLOP/s), r.attainable(ai)
+    r = roofline.measure(backend);  r.bandwidth (GB/s), r.peak (GFLOP/s), r.attainable(ai)
 """
 
 from __future__ import annotations
@@ -20,50 +20,15 @@ from typing import Any
 
 import numpy as np
 
-import kdsl as kd
+from kdsl.backends import get_backend
 
-#: backends whose programs run on the host CPU (NumPy's figures are a witness for them)
-_HOST_BACKENDS = {"llvm", "interp"}
-#: backends too slow to run the measuring kernels (the NumPy figures stand for them)
-_NUMPY_ONLY = {"interp"}
+from .bench import do_bench
+from .probe_kernels import copy as copy_kernel
+from .probe_kernels import fma_chains
 
 COPY_N = 1 << 23  # 8 Mi float32: 32 MiB each way, past the caches of the machines we run on
 FMA_ITERS = 256
 FMA_N = 1 << 16
-
-
-@kd.jit
-def _noop(x_ptr, n):
-    offs = kd.program_id(0) + kd.arange(0, 1)
-    kd.store(x_ptr + offs, 0.0, mask=offs < n)
-
-
-@kd.jit
-def _copy(src_ptr, dst_ptr, n, BLOCK: kd.constexpr):
-    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
-    m = offs < n
-    kd.store(dst_ptr + offs, kd.load(src_ptr + offs, mask=m), mask=m)
-
-
-@kd.jit
-def _fma_chains(x_ptr, out_ptr, iters, BLOCK: kd.constexpr):
-    # four independent chains per lane hide the FMA latency; every lane is independent too
-    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
-    a = kd.load(x_ptr + offs)
-    b = a + 1.0
-    c = a + 2.0
-    d = a + 3.0
-    for _ in range(iters):
-        a = kd.fma(a, 0.999, 0.001)
-        b = kd.fma(b, 0.999, 0.001)
-        c = kd.fma(c, 0.999, 0.001)
-        d = kd.fma(d, 0.999, 0.001)
-    kd.store(out_ptr + offs, a + b + c + d)
-
-
-def noop_kernel() -> Any:
-    """An empty kernel (`_noop[(1,)](x, 0)` stores nothing): launch overhead."""
-    return _noop
 
 
 @dataclass
@@ -87,54 +52,44 @@ def _cache_file() -> Path:
 def _device_key(backend: str) -> str:
     import hashlib
 
-    from kdsl.backends import get_backend
     h = get_backend(backend).hash()  # toolchain and device; long (CPU feature lists)
     return f"{backend}:{hashlib.sha256(h.encode()).hexdigest()[:16]}"
 
 
 def _on_host(backend: str) -> bool:
-    if backend in _HOST_BACKENDS:
-        return True
-    if backend == "opencl":
-        try:
-            from kdsl.backends import get_backend
-            dev = get_backend("opencl").runtime().device
-            return bool(dev.type & get_backend("opencl").runtime().cl.device_type.CPU)
-        except Exception:
-            return False
-    return False
+    """Whether `backend`'s kernels run on the host CPU (NumPy's figures are then a witness)."""
+    try:
+        return get_backend(backend).device_kind() == "cpu"
+    except Exception:
+        return False
+
+
+def _device_arrays(backend: str, *host: np.ndarray) -> tuple:
+    """The arrays a measuring kernel is given: device arrays for a device backend (time the
+    kernel, not the host copies), else the host arrays themselves."""
+    be = get_backend(backend)
+    if be.memory != "device":
+        return host
+    return tuple(be.to_device(h) for h in host)
 
 
 def _bench(fn: Any, backend: str | None, rep: float = 150) -> float:
-    from .bench import do_bench
     return do_bench(fn, backend=backend, warmup=20, rep=rep, overhead=False).median
 
 
 def _measure(backend: str) -> Roofline:
     src = {}
-    if backend not in _NUMPY_ONLY:
+    # a tile-level backend (the interpreter) is too slow to run the measuring kernels: the
+    # NumPy figures stand for it
+    if get_backend(backend).level != "tile":
         x = np.ones(COPY_N, np.float32)
-        y = np.empty_like(x)
-        args: tuple = (x, y)
-        if backend == "opencl":  # device arrays: time the kernel, not the host copies
-            import pyopencl.array as cla
-
-            from kdsl.backends import get_backend
-            q = get_backend("opencl").runtime().queue
-            args = (cla.to_device(q, x), cla.empty(q, x.shape, np.float32))
-        launch = _copy[(COPY_N // 1024,)]
+        args = _device_arrays(backend, x, np.empty_like(x))
+        launch = copy_kernel[(COPY_N // 1024,)]
         ms = _bench(lambda: launch(*args, COPY_N, BLOCK=1024, backend=backend), backend)
         src["kdsl copy GB/s"] = 2 * x.nbytes / ms / 1e6
         xs = np.random.rand(FMA_N).astype(np.float32)
-        out = np.empty_like(xs)
-        fargs: tuple = (xs, out)
-        if backend == "opencl":
-            import pyopencl.array as cla
-
-            from kdsl.backends import get_backend
-            q = get_backend("opencl").runtime().queue
-            fargs = (cla.to_device(q, xs), cla.empty(q, xs.shape, np.float32))
-        flaunch = _fma_chains[(FMA_N // 256,)]
+        fargs = _device_arrays(backend, xs, np.empty_like(xs))
+        flaunch = fma_chains[(FMA_N // 256,)]
         ms = _bench(lambda: flaunch(*fargs, FMA_ITERS, BLOCK=256, backend=backend), backend)
         src["kdsl fma GFLOP/s"] = 2 * 4 * FMA_ITERS * FMA_N / ms / 1e6
     if _on_host(backend):
