@@ -417,11 +417,18 @@ def test_real_launch(backend):
 
 # ------------------------------------------------------------------ command line
 
-def test_cli_info(capsys):
+def test_cli_info(capsys, monkeypatch):
     from kdsl.cli import main
+    from kdsl.tools import capabilities as caps
+
+    # the whole matrix takes a minute (tests/unit/test_capabilities.py, marked slow): two ops
+    full = caps.capability_matrix
+    monkeypatch.setattr(caps, "capability_matrix",
+                        lambda refresh=False: full(refresh, ops=["add", "exp"]))
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "numpy" in out and "llvm" in out and "interp" in out
+    assert "capabilities (" in out and " exp " in out
 
 
 def test_cli_dump(fake, tmp_path, capsys):
