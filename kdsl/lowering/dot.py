@@ -19,21 +19,17 @@ from collections.abc import Callable
 from functools import partial
 
 from kdsl.ir import tile
-from kdsl.ir.loop import ArrayStore, Assign, Binary, Cast, Expr, Fma, For, Index, Stmt
+from kdsl.ir.loop import ArrayStore, Assign, Binary, Expr, Fma, For, Index, Stmt
 from kdsl.ir.types import int32
 from kdsl.target import Target
 
 from . import index as ix
 from .context import LoweringContext
-from .dot_cpu import cpu_dot
+from .dot_cpu import cpu_dot, dot_output, widen
 from .dot_mma import tensor_core_dot
 from .elementwise import HALF, register_type, rounded
 
 DotStrategy = Callable[[object, tile.Op], None]
-
-
-def _widen(x: Expr, t) -> Expr:
-    return x if x.dtype == t else Cast(x, t)
 
 
 def generic_dot(L: LoweringContext, op: tile.Op) -> None:
@@ -49,10 +45,10 @@ def generic_dot(L: LoweringContext, op: tile.Op) -> None:
     L.note_addressed([A, B])
     m, n = ix.unflatten(g.e, (M, N))
     acc = L.var("acc", t)
-    g.body.append(Assign(acc, _widen(L.read(c), t)))
+    g.body.append(Assign(acc, widen(L.read(c), t)))
     kk = L.var("kk", int32)
-    x = _widen(Index(A, L.at(a, [m, kk])[1]), t)
-    y = _widen(Index(B, L.at(b, [kk, n])[1]), t)
+    x = widen(Index(A, L.at(a, [m, kk])[1]), t)
+    y = widen(Index(B, L.at(b, [kk, n])[1]), t)
     step: Expr = Fma(x, y, acc) if t.is_float else Binary("add", acc, Binary("mul", x, y))
     body: list[Stmt] = [Assign(acc, step)]
     g.body.append(For(kk, ix.c32(0), ix.c32(K), ix.c32(1), body))
@@ -69,23 +65,16 @@ def rows_dot(L: LoweringContext, op: tile.Op) -> None:
     t = register_type(op.result.type)
     L.close()
     A, B = L.addressable(L.view(a)[0], L.view(b)[0])
-    acc = L.canon(c)
-    if L.users.get(acc.id) == [op] and acc.id in L.regs and L.regs[acc.id].dtype == t:
-        out = L.regs[acc.id]  # the accumulator dies here: update its array in place
-    else:
-        out = L.array(op.result.name or "dot", t, M * N)
-        g = L.open_group(M * N)
-        g.body.append(ArrayStore(out, g.k, _widen(L.read(c), t)))
-        L.close()
+    out = dot_output(L, op, t, M * N)
     m, kk, n = L.var("m", int32), L.var("kk", int32), L.var("n", int32)
     x = L.var("a", t)
     at = ix.add(ix.mul(m, N), n)
-    y = _widen(Index(B, L.at(b, [kk, n])[1]), t)
+    y = widen(Index(B, L.at(b, [kk, n])[1]), t)
     update = Fma(x, y, Index(out, at)) if t.is_float else \
         Binary("add", Index(out, at), Binary("mul", x, y))
     inner = For(n, ix.c32(0), ix.c32(N), ix.c32(1), [ArrayStore(out, at, update)])
     middle = For(kk, ix.c32(0), ix.c32(K), ix.c32(1),
-                 [Assign(x, _widen(Index(A, L.at(a, [m, kk])[1]), t)), inner])
+                 [Assign(x, widen(Index(A, L.at(a, [m, kk])[1]), t)), inner])
     L.emit(For(m, ix.c32(0), ix.c32(M), ix.c32(1), [middle]))
     if op.result.elem in HALF:  # a 16-bit accumulator is rounded once, at the end
         g = L.open_group(M * N)

@@ -77,8 +77,23 @@ def blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
 SIMD_HINT = "simd"
 
 
-def _widen(x: Expr, t) -> Expr:
+def widen(x: Expr, t) -> Expr:
     return x if x.dtype == t else Cast(x, t)
+
+
+def dot_output(L: LoweringContext, op: tile.Op, t, numel: int) -> Array:
+    """The register array of a dot's result, holding the accumulator operand `c` on entry:
+    `c`'s own array when the dot is its last user (updated in place), else a copy.  Shared with
+    the generic strategy (dot.py imports this module)."""
+    c = op.operands[2]
+    acc = L.canon(c)
+    if L.users.get(acc.id) == [op] and acc.id in L.regs and L.regs[acc.id].dtype == t:
+        return L.regs[acc.id]  # the accumulator dies here: update its array in place
+    out = L.array(op.result.name or "dot", t, numel)
+    g = L.open_group(numel)
+    g.body.append(ArrayStore(out, g.k, widen(L.read(c), t)))
+    L.close()
+    return out
 
 
 def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) -> Array:
@@ -88,7 +103,7 @@ def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int,
     out = L.array(hint, t, outer * inner)
     r0, k, r = L.var("r0", int32), L.var("k", int32), L.var("r", int32)
     dst = ix.add(ix.add(ix.mul(r0, inner), ix.mul(k, R)), r)
-    copy = ArrayStore(out, dst, _widen(Index(src, at(ix.add(r0, r), k)), t))
+    copy = ArrayStore(out, dst, widen(Index(src, at(ix.add(r0, r), k)), t))
     L.emit(For(r0, ix.c32(0), ix.c32(outer), ix.c32(R),
                [For(k, ix.c32(0), ix.c32(inner), ix.c32(1),
                     [For(r, ix.c32(0), ix.c32(R), ix.c32(1), [copy])])]))
@@ -118,14 +133,7 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     B = _pack_loops(L, "bpack", B, t, NR, N, K, lambda n, k: L.at(b, [k, n])[1])
     a_at = ix.add(ix.add(ix.mul(m0, K), ix.mul(kk, MR)), i)
     b_at = ix.add(ix.add(ix.mul(n0, K), ix.mul(kk, NR)), j)
-    acc = L.canon(c)
-    if L.users.get(acc.id) == [op] and acc.id in L.regs and L.regs[acc.id].dtype == t:
-        out = L.regs[acc.id]  # the accumulator dies here: update its array in place
-    else:
-        out = L.array(op.result.name or "dot", t, M * N)
-        g = L.open_group(M * N)
-        g.body.append(ArrayStore(out, g.k, _widen(L.read(c), t)))
-        L.close()
+    out = dot_output(L, op, t, M * N)
     blk = L.array("blk", t, MR * NR)
     x = L.var("a", t)
 
