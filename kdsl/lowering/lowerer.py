@@ -664,8 +664,11 @@ class Lowerer:
         src = self.canon(op.operands[0]) if op.operands else None
         if op.results and self.remat_ok(op.result) and not self._needs_storage(op.result):
             return  # computed lazily where it is read (`read`), so no dead code is emitted
-        if k in GATHERS and self._only_viewed(op.result):
-            return  # read by reductions/dots through its source (`view`)
+        if (k in GATHERS and self._only_viewed(op.result)
+                and self.view(op.result)[0] is not self.canon(op.result)):
+            # Read by reductions/dots through its source (`view`).  A gather of a recomputable
+            # source is not looked through (`view`), so it is lowered and stored here.
+            return
         if k in GATHERS and not src.type.is_scalar and not self.remat_ok(src):
             self.addressable(src)  # stages it to shared memory if registers are not addressable
         if (k in tile.SIDE_EFFECTS or k == "load") and self.group is not None \
