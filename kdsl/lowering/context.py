@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kdsl.ir import tile
 from kdsl.ir.loop import Array, Expr, Stmt, Type, Var
@@ -74,6 +74,9 @@ class LoweringContext(Protocol):
     regs: dict[int, Array]
     #: the open element loop, or None
     group: Group | None
+    #: id(dot op) -> its accumulator kept in mma fragments across the enclosing loop
+    #: (dot_mma.py: set by `enter_resident`, used by the dot, cleared by `leave_resident`)
+    resident: dict[int, Any]
     #: vector layout and accesses (vector.py)
     vector: Vectorizer
 
@@ -165,9 +168,11 @@ class LoweringContext(Protocol):
 
     def lower_region(self, block: tile.Block, args: list[Var | Array],
                      finish: Callable[[tile.Op | None], None] | None = None,
-                     loop: bool = False) -> tuple[list[Stmt], tile.Op | None]:
-        """Lower a region with its block arguments bound to `args`; returns its statements and
-        its terminator; `finish(terminator)` runs before its last group closes."""
+                     loop: bool = False, block_args: list[tile.Value] | None = None
+                     ) -> tuple[list[Stmt], tile.Op | None]:
+        """Lower a region with its block arguments (or `block_args`) bound to `args`; returns
+        its statements and its terminator; `finish(terminator)` runs before its last group
+        closes."""
 
 
 #: A helper: the lowering of one op kind.

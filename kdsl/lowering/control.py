@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from kdsl.ir import tile
 from kdsl.ir.loop import Assign, Cast, Expr, For, If, While
 
+from .dot_mma import enter_resident, leave_resident, resident_accumulators
 from .elementwise import register_type
 
 if TYPE_CHECKING:
@@ -25,21 +26,32 @@ def lower_for(L: LoweringContext, op: tile.Op) -> None:
     lo, hi, step, *inits = op.operands
     body = op.regions[0]
     iv_t = register_type(body.args[0].type)
-    carried = [L.storage(r, (a.name or "c")) for r, a in zip(op.results, body.args[1:])]
-    L.copy(carried, inits)
+    # Accumulators of tensor-core dots stay in their fragments across the loop (dot_mma.py);
+    # every other carried value gets storage of the lowering's layout.
+    resident = resident_accumulators(L, op)
+    kept = [j for j in range(len(op.results)) if j not in resident]
+    carried = [L.storage(op.results[j], (body.args[1 + j].name or "c")) for j in kept]
+    L.copy(carried, [inits[j] for j in kept])
+    for j, d in resident.items():
+        enter_resident(L, d, inits[j])
     iv = L.var(body.args[0].name or "i", iv_t)
 
     def bound(v: tile.Value) -> Expr:
         x = L.scalar(v)
         return x if x.dtype == iv_t else Cast(x, iv_t)
 
+    def finish(term: tile.Op | None) -> None:
+        L.yield_to(carried, [term.operands[j] for j in kept] if term else [])
+
     L.scalars[body.args[0].id] = iv
-    stmts, _ = L.lower_region(body, [iv] + carried,
-                              lambda term: L.yield_to(carried, term.operands if term else []),
-                              loop=True)
+    args = [body.args[1 + j] for j in kept]
+    stmts, _ = L.lower_region(body, [iv] + carried, finish, loop=True,
+                              block_args=[body.args[0]] + args)
     L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
-    for r, st in zip(op.results, carried):
-        L.bind_storage(r, st)
+    for j, st in zip(kept, carried):
+        L.bind_storage(op.results[j], st)
+    for j, d in resident.items():
+        leave_resident(L, d, op.results[j])
 
 
 def lower_while(L: LoweringContext, op: tile.Op) -> None:

@@ -59,7 +59,7 @@ def rows_dot(L: LoweringContext, op: tile.Op) -> None:
     """One thread (the CPU): `out = acc; for m, k: out[m, :] += a[m, k] * b[k, :]`.  The
     innermost loop runs over contiguous n, so it vectorises; each output element still sees
     the same sequence of fused multiply-adds as in `generic_dot` (bitwise equal results)."""
-    a, b, c = op.operands
+    a, b = op.operands[:2]
     M, K = a.shape
     N = b.shape[1]
     t = register_type(op.result.type)

@@ -113,7 +113,7 @@ def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int,
 def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     """The micro-kernel for float32 accumulators; `fallback` (dot.py's row strategy) for
     integer, float64 and 16-bit accumulators."""
-    a, b, c = op.operands
+    a, b = op.operands[:2]
     t = register_type(op.result.type)
     if t != float32 or op.result.elem in HALF:
         fallback(L, op)

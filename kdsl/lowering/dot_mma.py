@@ -48,6 +48,7 @@ import numpy as np
 
 from kdsl.ir import tile
 from kdsl.ir.loop import (
+    Array,
     ArrayStore,
     Assign,
     Binary,
@@ -275,55 +276,58 @@ def _frag_at(layout_elem: tuple[Coef, Coef], grp: Expr, tig: Expr, r0: Expr, c0:
     return _coord(rc, grp, tig, r0), _coord(cc, grp, tig, c0)
 
 
-def tensor_core_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
-    """Lower `dot` with warp-level mma (see the module docstring), else with `fallback`."""
-    p = plan(L, op)
-    if p is None:
-        fallback(L, op)
-        return
-    kind, a, b, c = p.kind, *op.operands
-    (M, K), N = a.shape, b.shape[1]
-    t = kind.acc
-    L.close()
-    A, B = L.addressable(L.view(a)[0], L.view(b)[0])
-    X = L.shared("acc_sh", t, p.chunk * N)
-    zero = _is_zero(L.canon(c))
-    warp, lane, grp, tig, wi, wj = (L.var(n, int32)
-                                    for n in ("warp", "lane", "grp", "tig", "wi", "wj"))
-    for v, x in ((warp, ix.div(L.tid, 32)), (lane, ix.mod(L.tid, 32)), (grp, ix.div(lane, 4)),
-                 (tig, ix.mod(lane, 4)), (wi, ix.div(warp, p.wn)), (wj, ix.mod(warp, p.wn))):
-        L.emit(Assign(v, x))
-    k0 = L.var("k0", int32)
-    # acc[i][j]: the C fragment of the warp's tile (i, j); af[i], bf[j]: its A / B fragments.
-    acc = [[[L.var(f"d{i}_{j}_{x}", t) for x in range(4)] for j in range(p.pn)]
-           for i in range(p.pm)]
-    af = [[L.var(f"a{i}_{x}", register_type(a.type)) for x in range(len(kind.a.elems))]
-          for i in range(p.pm)]
-    bf = [[L.var(f"b{j}_{x}", register_type(b.type)) for x in range(len(kind.b.elems))]
-          for j in range(p.pn)]
-    active = p.wm * p.wn < L.T // 32  # idle warps skip the warp-collective part
+class _MmaDot:
+    """The Loop IR of one mma dot under plan `p`: the warp coordinates, the fragment
+    variables, and the three phases (accumulator in, the K loop, accumulator out)."""
 
-    def warps_only(stmts: list[Stmt]) -> None:
-        if active:
-            L.emit(If(Binary("lt", warp, ix.c32(p.wm * p.wn)), stmts))
+    def __init__(self, L: LoweringContext, op: tile.Op, p: MmaPlan) -> None:
+        self.L, self.op, self.p = L, op, p
+        a, b, _ = op.operands
+        self.M, self.K = a.shape
+        self.N = b.shape[1]
+        kind, t = p.kind, p.kind.acc
+        self.warp, self.lane, self.grp, self.tig, self.wi, self.wj = (
+            L.var(n, int32) for n in ("warp", "lane", "grp", "tig", "wi", "wj"))
+        self.k0 = L.var("k0", int32)
+        # acc[i][j]: the C fragment of the warp's tile (i, j); af[i], bf[j]: its A / B fragments.
+        self.acc = [[[L.var(f"d{i}_{j}_{x}", t) for x in range(4)] for j in range(p.pn)]
+                    for i in range(p.pm)]
+        self.af = [[L.var(f"a{i}_{x}", register_type(a.type)) for x in range(len(kind.a.elems))]
+                   for i in range(p.pm)]
+        self.bf = [[L.var(f"b{j}_{x}", register_type(b.type)) for x in range(len(kind.b.elems))]
+                   for j in range(p.pn)]
+        self.active = p.wm * p.wn < L.T // 32  # idle warps skip the warp-collective part
+
+    def coordinates(self) -> None:
+        L, p = self.L, self.p
+        for v, x in ((self.warp, ix.div(L.tid, 32)), (self.lane, ix.mod(L.tid, 32)),
+                     (self.grp, ix.div(self.lane, 4)), (self.tig, ix.mod(self.lane, 4)),
+                     (self.wi, ix.div(self.warp, p.wn)), (self.wj, ix.mod(self.warp, p.wn))):
+            L.emit(Assign(v, x))
+
+    def warps_only(self, stmts: list[Stmt]) -> None:
+        if self.active:
+            self.L.emit(If(Binary("lt", self.warp, ix.c32(self.p.wm * self.p.wn)), stmts))
         else:
-            L.emit(*stmts)
+            self.L.emit(*stmts)
 
-    def tile_row(pass_row: int, i: int) -> Expr:  # first row of the warp's tile row i
-        return ix.add(ix.mul(wi, p.pm * 16), ix.c32(pass_row + 16 * i))
+    def tile_row(self, pass_row: int, i: int) -> Expr:  # first row of the warp's tile row i
+        return ix.add(ix.mul(self.wi, self.p.pm * 16), ix.c32(pass_row + 16 * i))
 
-    def col(j: int) -> Expr:
-        return ix.add(ix.mul(wj, p.pn * 8), ix.c32(8 * j))
+    def col(self, j: int) -> Expr:
+        return ix.add(ix.mul(self.wj, self.p.pn * 8), ix.c32(8 * j))
 
-    def exchange(pass_row: int, chunk_row: int, into_regs: bool) -> list[Stmt]:
+    def exchange(self, X: Array, pass_row: int, chunk_row: int, into_regs: bool) -> list[Stmt]:
         """Fragments <-> the chunk buffer X (rows chunk_row ... of the accumulator)."""
+        p, N = self.p, self.N
         out: list[Stmt] = []
         for i in range(p.pm):
-            r0 = tile_row(pass_row, i)
+            r0 = self.tile_row(pass_row, i)
             body: list[Stmt] = []
             for j in range(p.pn):
-                for v, el in zip(acc[i][j], C_LAYOUT.elems):
-                    r, cc = _frag_at(el, grp, tig, ix.add(r0, ix.c32(-chunk_row)), col(j))
+                for v, el in zip(self.acc[i][j], C_LAYOUT.elems):
+                    r, cc = _frag_at(el, self.grp, self.tig, ix.add(r0, ix.c32(-chunk_row)),
+                                     self.col(j))
                     at = ix.add(ix.mul(r, N), cc)
                     body.append(Assign(v, Index(X, at)) if into_regs else ArrayStore(X, at, v))
             if p.chunk == p.rows:
@@ -333,38 +337,41 @@ def tensor_core_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None
                 out.append(If(inside, body))
         return out
 
-    def mma_loop(pass_row: int) -> Stmt:
+    def mma_loop(self, A: Array, B: Array, pass_row: int) -> Stmt:
+        L, p, kind = self.L, self.p, self.p.kind
+        a, b, _ = self.op.operands
+        grp, tig, k0 = self.grp, self.tig, self.k0
         body: list[Stmt] = []
         for i in range(p.pm):
             for x, el in enumerate(kind.a.elems):
-                r, kk = _frag_at(el, grp, tig, tile_row(pass_row, i), k0)
-                body.append(Assign(af[i][x], Index(A, L.at(a, [r, kk])[1])))
+                r, kk = _frag_at(el, grp, tig, self.tile_row(pass_row, i), k0)
+                body.append(Assign(self.af[i][x], Index(A, L.at(a, [r, kk])[1])))
         for j in range(p.pn):
             for x, el in enumerate(kind.b.elems):
-                kk, cc = _frag_at(el, grp, tig, k0, col(j))
-                body.append(Assign(bf[j][x], Index(B, L.at(b, [kk, cc])[1])))
+                kk, cc = _frag_at(el, grp, tig, k0, self.col(j))
+                body.append(Assign(self.bf[j][x], Index(B, L.at(b, [kk, cc])[1])))
         for i in range(p.pm):
             for j in range(p.pn):
-                body.append(Intrinsic(kind.name, af[i] + bf[j] + acc[i][j], acc[i][j]))
-        return For(k0, ix.c32(0), ix.c32(K), ix.c32(kind.k), body)
+                body.append(Intrinsic(kind.name, self.af[i] + self.bf[j] + self.acc[i][j],
+                                      self.acc[i][j]))
+        return For(k0, ix.c32(0), ix.c32(self.K), ix.c32(kind.k), body)
 
-    lazy = p.rows == M and p.chunk == M  # one buffer holds the result: read it lazily
-    out = None
-    cv = L.canon(c)
-    if not lazy and not zero and L.users.get(cv.id) == [op] and cv.id in L.regs \
-            and L.regs[cv.id].dtype == t:
-        # The accumulator dies here: the result overwrites its registers (each pass reads
-        # its rows of c before writing them), which keeps one M*N array live, not two.
-        out = L.regs[cv.id]
-    elif not lazy:
-        out = L.array(op.result.name or "dot", t, L.slots(M * N))
-    for pass_row in range(0, M, p.rows):
-        # accumulator in: c's rows of each chunk -> X -> fragments (or zeros)
-        if zero:
-            warps_only([Assign(v, Const(0.0 if t.is_float else 0, t))
-                        for row in acc for frag in row for v in frag])
-        for chunk_row in range(pass_row, pass_row + p.rows, p.chunk) if not zero else ():
-            g = L.open_group(M * N)
+    def operands(self) -> list[Array]:
+        a, b, _ = self.op.operands
+        self.L.close()
+        return self.L.addressable(self.L.view(a)[0], self.L.view(b)[0])
+
+    def acc_in(self, c: tile.Value, pass_row: int, lazy: bool, X: Array | None = None) -> None:
+        """c's rows of this pass -> the fragments (zeros for a zero constant), a chunk of rows
+        at a time through a shared buffer (barriers around each chunk)."""
+        L, p, N, t = self.L, self.p, self.N, self.p.kind.acc
+        if _is_zero(L.canon(c)):
+            self.warps_only([Assign(v, Const(0.0 if t.is_float else 0, t))
+                             for row in self.acc for frag in row for v in frag])
+            return
+        X = X if X is not None else L.shared("acc_sh", t, p.chunk * N)
+        for chunk_row in range(pass_row, pass_row + p.rows, p.chunk):
+            g = L.open_group(self.M * N)
             x = L.read(c)
             at = ix.add(g.e, ix.c32(-chunk_row * N))
             store: Stmt = ArrayStore(X, at, x if x.dtype == t else Cast(x, t))
@@ -375,23 +382,115 @@ def tensor_core_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None
             g.body.append(store)
             L.close()
             L.barrier()
-            warps_only(exchange(pass_row, chunk_row, True))
+            self.warps_only(self.exchange(X, pass_row, chunk_row, True))
             L.barrier()
-        warps_only([mma_loop(pass_row)])
-        # accumulator out: fragments -> X -> the lowering's layout, a chunk at a time
+
+    def acc_out(self, pass_row: int, out: Array | None, lazy: bool,
+                X: Array | None = None) -> Array:
+        """The fragments -> a shared buffer -> the lowering's layout, a chunk at a time.  With
+        `lazy` (one buffer holds the result) the buffer is returned, to be read by flat index;
+        otherwise the chunks are copied into the register array `out`."""
+        L, p, N = self.L, self.p, self.N
+        X = X if X is not None else L.shared("acc_sh", p.kind.acc, p.chunk * N)
         for chunk_row in range(pass_row, pass_row + p.rows, p.chunk):
-            warps_only(exchange(pass_row, chunk_row, False))
+            self.warps_only(self.exchange(X, pass_row, chunk_row, False))
             L.barrier()
             if lazy:
-                break
-            _read_chunk(L, X, out, chunk_row * N, p.chunk * N, M * N)
+                return X
+            _read_chunk(L, X, out, chunk_row * N, p.chunk * N, self.M * N)
             L.barrier()
-    if lazy:
-        g = L.open_group(M * N)
-        g.ops.add(id(op))
-        L.bind(op.result, Index(X, g.e), g)
-    else:
-        L.regs[op.result.id] = out
+        return X
+
+    def bind_result(self, v: tile.Value, X: Array, out: Array | None, lazy: bool) -> None:
+        L = self.L
+        if lazy:
+            g = L.open_group(self.M * self.N)
+            g.ops.add(id(self.op))
+            L.bind(v, Index(X, g.e), g)
+        else:
+            L.regs[v.id] = out
+
+
+def tensor_core_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
+    """Lower `dot` with warp-level mma (see the module docstring), else with `fallback`."""
+    resident = L.resident.get(id(op))
+    if resident is not None:  # the accumulator stays in the fragments across the loop
+        A, B = resident.operands()
+        resident.warps_only([resident.mma_loop(A, B, 0)])
+        return
+    p = plan(L, op)
+    if p is None:
+        fallback(L, op)
+        return
+    a, b, c = op.operands
+    M, N, t = a.shape[0], b.shape[1], p.kind.acc
+    d = _MmaDot(L, op, p)
+    A, B = d.operands()
+    X = L.shared("acc_sh", t, p.chunk * N)
+    d.coordinates()
+    lazy = p.rows == M and p.chunk == M  # one buffer holds the result: read it lazily
+    out = None
+    cv = L.canon(c)
+    if not lazy and not _is_zero(cv) and L.users.get(cv.id) == [op] and cv.id in L.regs \
+            and L.regs[cv.id].dtype == t:
+        # The accumulator dies here: the result overwrites its registers (each pass reads
+        # its rows of c before writing them), which keeps one M*N array live, not two.
+        out = L.regs[cv.id]
+    elif not lazy:
+        out = L.array(op.result.name or "dot", t, L.slots(M * N))
+    for pass_row in range(0, M, p.rows):
+        d.acc_in(c, pass_row, lazy, X)
+        d.warps_only([d.mma_loop(A, B, pass_row)])
+        d.acc_out(pass_row, out, lazy, X)
+    d.bind_result(op.result, X, out, lazy)
+
+
+def resident_accumulators(L: LoweringContext, loop: tile.Op) -> dict[int, _MmaDot]:
+    """Carried values of `for` op `loop` kept in mma fragments for the whole loop: carried
+    value j whose only use in the body is as the accumulator of one mma dot (at the top of
+    the body) whose result is yielded back as j and used for nothing else, when the dot runs
+    in a single pass.  Its registers then carry it from one iteration's dot to the next; the
+    conversion to and from the lowering's layout happens once, before and after the loop
+    (`enter_resident`, `leave_resident`), instead of at every dot."""
+    body = loop.regions[0]
+    term = body.terminator
+    if term is None or not L.target.has("tensor_cores"):
+        return {}
+    found: dict[int, _MmaDot] = {}
+    for j, arg in enumerate(body.args[1:]):
+        dots = L.users.get(arg.id, [])
+        if len(dots) != 1 or dots[0].kind != "dot" or dots[0] not in body.ops:
+            continue
+        dot = dots[0]
+        if dot.operands[2] is not arg or dot.operands[0] is arg or dot.operands[1] is arg:
+            continue
+        if term.operands[j] is not dot.result or L.users.get(dot.result.id) != [term]:
+            continue
+        if sum(1 for o in term.operands if o is dot.result) != 1:
+            continue
+        p = plan(L, dot)
+        if p is None or p.rows != dot.operands[0].shape[0]:
+            continue
+        found[j] = _MmaDot(L, dot, p)
+    return found
+
+
+def enter_resident(L: LoweringContext, d: _MmaDot, init: tile.Value) -> None:
+    """Before the loop: the warp coordinates and the initial accumulator in the fragments."""
+    L.close()
+    d.coordinates()
+    d.acc_in(init, 0, d.p.chunk == d.M)
+    L.resident[id(d.op)] = d
+
+
+def leave_resident(L: LoweringContext, d: _MmaDot, result: tile.Value) -> None:
+    """After the loop: the fragments back in the lowering's layout as the loop's result."""
+    L.close()
+    lazy = d.p.chunk == d.M
+    out = None if lazy else L.array(result.name or "acc", d.p.kind.acc, L.slots(d.M * d.N))
+    X = d.acc_out(0, out, lazy)
+    d.bind_result(result, X, out, lazy)
+    del L.resident[id(d.op)]
 
 
 def _read_chunk(L: LoweringContext, X, out, lo: int, n: int, numel: int) -> None:
@@ -412,4 +511,5 @@ def _read_chunk(L: LoweringContext, X, out, lo: int, n: int, numel: int) -> None
 
 
 __all__ = ["C_LAYOUT", "EXCHANGE_BYTES", "MAX_ACC_REGS", "MMA_KINDS", "Layout", "MmaKind",
-           "MmaPlan", "applicable", "mma_kind", "mma_reference", "plan", "tensor_core_dot"]
+           "MmaPlan", "applicable", "enter_resident", "leave_resident", "mma_kind",
+           "mma_reference", "plan", "resident_accumulators", "tensor_core_dot"]

@@ -49,6 +49,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from math import prod
+from typing import Any
 
 from kdsl.errors import CompilationError
 from kdsl.ir import tile
@@ -87,11 +88,11 @@ from .control import lower_for, lower_if, lower_while
 from .debug import DEBUG_LOWERINGS, drop_breakpoints
 from .dot import dot_strategy
 from .dot_mma import SIMULATIONS as MMA_SIMULATIONS
+from .dot_sparse import SIMULATIONS as SPARSE_SIMULATIONS
+from .dot_sparse import sparse_tensor_core_dot
 from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
 from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .hoist_barriers import hoist_barriers
-from .dot_sparse import SIMULATIONS as SPARSE_SIMULATIONS
-from .dot_sparse import sparse_tensor_core_dot
 from .legalize import legalize
 from .reduce import lower_reduce
 from .scan import lower_scan
@@ -162,6 +163,9 @@ class Lowerer:
         self._pos.update((id(o), (fn.body, i)) for i, o in enumerate(fn.body.ops))
         # Values that reductions and dots address in memory (through gather views), and the
         # ops that address each.
+        # id(dot op) -> its accumulator held in mma fragments across the enclosing loop
+        # (dot_mma.resident_accumulators); set by the loop's lowering.
+        self.resident: dict[int, Any] = {}
         self.viewers: dict[int, list[tile.Op]] = {}
         for op in fn.walk():
             for o in addressed_operands(op):
@@ -778,10 +782,12 @@ class Lowerer:
         self.copy(dsts, srcs)
 
     def lower_region(self, block: tile.Block, args: list[Var | Array], finish=None,
-                     loop: bool = False) -> tuple[list[Stmt], tile.Op | None]:
-        """Lower a region with its block args bound to `args`; `finish(terminator)` runs at
-        its end, before the last group is closed."""
-        for a, st in zip(block.args, args):
+                     loop: bool = False, block_args: list[tile.Value] | None = None
+                     ) -> tuple[list[Stmt], tile.Op | None]:
+        """Lower a region with its block args (or those of `block_args`, where others have
+        no storage of this layout) bound to `args`; `finish(terminator)` runs at its end,
+        before the last group is closed."""
+        for a, st in zip(block.args if block_args is None else block_args, args):
             self.bind_storage(a, st)
         stmts: list[Stmt] = []
         with self.into(stmts, loop):
