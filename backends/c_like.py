@@ -234,7 +234,8 @@ class CEmitter:
         self.intrinsics: set[str] = set()       # Intrinsic names used (template defines them)
         self.expr_table: dict[type, Callable[[loop.Expr], str]] = {
             loop.Const: self._const, loop.Var: self._var, loop.Special: self._special,
-            loop.Index: self._index, loop.Unary: self._unary, loop.Binary: self._binary,
+            loop.Index: self._index, loop.PairBits: self._pair_bits,
+            loop.Unary: self._unary, loop.Binary: self._binary,
             loop.Select: self._select, loop.Cast: self._cast, loop.Bitcast: self._bitcast,
             loop.Round: self._round, loop.Fma: self._fma, loop.PtrAdd: self._ptradd,
             loop.PtrDiff: self._ptrdiff, loop.Load: self._load,
@@ -308,7 +309,19 @@ class CEmitter:
         return name
 
     def _index(self, e: loop.Index) -> str:
-        return f"{self.names('a', e.array.name)}[{self.expr(e.index)}]"
+        name, i = self.names('a', e.array.name), self.expr(e.index)
+        half = getattr(e.array.dtype, "name", "")  # pointer arrays have no name
+        if half == "float16":  # a 16-bit shared array (loop.py)
+            self.need("f16")
+            return self.d.f16_load.format(p=f"(&{name}[{i}])")
+        if half == "bfloat16":
+            self.need("bf16")
+            return f"kd_bf16_to_f32({name}[{i}])"
+        return f"{name}[{i}]"
+
+    def _pair_bits(self, e: loop.PairBits) -> str:
+        name, i = self.names('a', e.array.name), self.expr(e.index)
+        return f"(*(const {self.d.types['uint32']}*)(&{name}[{i}]))"
 
     def _unary(self, e: loop.Unary) -> str:
         t = e.x.dtype
@@ -459,8 +472,15 @@ class CEmitter:
         return [f"{pad}{self.expr(s.var)} = {self.expr(s.value)};"]
 
     def _array_store(self, s: loop.ArrayStore, pad: str) -> list[str]:
-        name = self.names("a", s.array.name)
-        return [f"{pad}{name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
+        name, i, v = self.names("a", s.array.name), self.expr(s.index), self.expr(s.value)
+        half = getattr(s.array.dtype, "name", "")  # pointer arrays have no name
+        if half == "float16":  # a 16-bit shared array converts (loop.py)
+            self.need("f16")
+            return [pad + self.d.f16_store.format(p=f"(&{name}[{i}])", v=v)]
+        if half == "bfloat16":
+            self.need("bf16")
+            return [f"{pad}{name}[{i}] = kd_f32_to_bf16({v});"]
+        return [f"{pad}{name}[{i}] = {v};"]
 
     def _store(self, s: loop.Store, pad: str) -> list[str]:
         base, idx = self._element(s.ptr)
@@ -651,8 +671,9 @@ class CEmitter:
                 # array in local memory of pointers to global (not pointers to local)
                 return f"{ct} {qual}{self.names('a', a.name)}[{a.size}];"
             return f"{qual}{ct} {self.names('a', a.name)}[{a.size}];"
-        if a.dtype.name in ("float16", "bfloat16"):
-            raise NotImplementedError(f"array {a.name} of {a.dtype} (arrays hold float32)")
+        if a.dtype.name in ("float16", "bfloat16") and a.space != "shared":
+            raise NotImplementedError(f"array {a.name} of {a.dtype} (register arrays hold "
+                                      "float32)")
         return f"{qual}{self.mem_type(a.dtype)} {self.names('a', a.name)}[{a.size}];"
 
     def render(self) -> str:

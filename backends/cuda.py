@@ -100,6 +100,9 @@ MMA_FUNCTIONS = {
     "mma_m16n8k16_f32_f16": "kd_mma_m16n8k16_f16", "mma_m16n8k16_f32_bf16":
     "kd_mma_m16n8k16_bf16", "mma_m16n8k8_f32_tf32": "kd_mma_m16n8k8_tf32",
     "mma_m16n8k32_s32_s8": "kd_mma_m16n8k32_s8",
+    # operands as packed 16-bit pairs from 16-bit shared copies (dot_mma.py, `PairBits`)
+    "mma_m16n8k16_f32_f16_bits": "kd_mma_m16n8k16_f16_bits",
+    "mma_m16n8k16_f32_bf16_bits": "kd_mma_m16n8k16_bf16_bits",
     # sparse (kdsl/lowering/dot_sparse.py)
     "mma_sp_m16n8k32_f32_f16": "kd_mma_sp_m16n8k32_f16",
     "mma_sp_m16n8k32_f32_bf16": "kd_mma_sp_m16n8k32_bf16",
@@ -391,7 +394,7 @@ class CUDABackend(Backend):
     array_name = "CuPy"
     dlpack_devices = (2, 13)  # kDLCUDA, kDLCUDAManaged
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads",
-                      "bessel"})
+                      "bessel", "shared_16bit"})
     ops = C_OPS
 
     def device_kind(self) -> str:

@@ -14,7 +14,7 @@ backend turns variables into allocas that mem2reg promotes):
     Index(array, index)           Unary(op, x)                 Binary(op, a, b)
     Select(cond, a, b)            Cast(x, dtype)               Bitcast(x, dtype)
     Round(x, fmt)                 Fma(a, b, c)                 PtrAdd(ptr, offset)
-    PtrDiff(ptr, base)            Load(ptr, mask, other)
+    PtrDiff(ptr, base)            Load(ptr, mask, other)       PairBits(array, index)
 
   statements:
     Assign(var, value)            ArrayStore(array, index, value)
@@ -30,7 +30,11 @@ type of a variable or expression: values of those types are held in float32 (`co
 and `Round(x, "float16" | "bfloat16")` rounds a float32 to the nearest representable value
 (ties to even), keeping the float32 type.  `Load` through a `ptr<float16>` gives float32;
 `Store`/`AtomicRMW` of a float32 through a `ptr<float16>` converts (exactly, the value having
-been rounded already).  8-bit floats (`float8e4nv`, ...) are float32 in registers as well,
+been rounded already).  A *shared* array may hold float16/bfloat16 elements (the 16-bit
+operand copies of tensor-core dots): `Index` of it gives float32 and `ArrayStore` takes a
+float32 (converted exactly, as a store through a pointer), and `PairBits(array, i)` reads the
+bits of elements i and i + 1 (i even) as one uint32, low half first: the packed register form
+tensor-core instructions take.  8-bit floats (`float8e4nv`, ...) are float32 in registers as well,
 but memory holds their codes: a `Load` through a `ptr<float8...>` gives the code as a uint8 and
 a `Store` takes one; the lowering converts (kdsl/lowering/fp8.py).  Pointers convert to and
 from 64-bit integers with `Cast` (the address) and to other pointers with `Bitcast`.  Integer
@@ -71,7 +75,7 @@ from typing import Any
 from kdsl.compile_options import CompileOptions
 
 from .tile import Loc
-from .types import DType, PointerType, float32, int1, int32, int64, uint8
+from .types import DType, PointerType, float32, int1, int32, int64, uint8, uint32
 
 Type = DType | PointerType
 
@@ -124,6 +128,14 @@ class Array:
     space: str = "reg"
 
 
+HALF_NAMES = ("float16", "bfloat16")
+
+
+def element_type(t: Type) -> Type:
+    """The register type of an array element of type t (float32 for 16-bit floats)."""
+    return float32 if isinstance(t, DType) and t.name in HALF_NAMES else t
+
+
 @dataclass(frozen=True, eq=False)
 class Index(Expr):
     array: Array
@@ -131,7 +143,20 @@ class Index(Expr):
 
     @property
     def dtype(self) -> Type:
-        return self.array.dtype
+        return element_type(self.array.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class PairBits(Expr):
+    """Elements `index` (even) and `index + 1` of a 16-bit shared array, as the bits of one
+    uint32 (element `index` in the low half)."""
+
+    array: Array
+    index: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return uint32
 
 
 @dataclass(frozen=True, eq=False)
@@ -461,6 +486,8 @@ def format_expr(e: Expr) -> str:
             return "tid" if k == "tid" else f"{k}{a}"
         case Index(array=a, index=i):
             return f"{a.name}[{format_expr(i)}]"
+        case PairBits(array=a, index=i):
+            return f"pair_bits({a.name}[{format_expr(i)}])"
         case Unary(op=o, x=x):
             return f"{o}({format_expr(x)})"
         case Binary(op=o, a=a, b=b) if o in _BIN_SYM:

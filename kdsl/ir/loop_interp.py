@@ -302,6 +302,8 @@ class _Program:
                     value = self.ev(x, th)  # evaluated first: it may read the same element
                     if self.races is not None and a.space == "shared":
                         self.races.write(a.name, idx, th.tid)
+                    if a.dtype in (float16, bfloat16):  # a 16-bit shared array converts
+                        value = _to_half(value, a.dtype)
                     arr[idx] = value
                 case L.Store(ptr=p, value=x, mask=m):
                     if m is None or self.ev(m, th):
@@ -499,6 +501,32 @@ def _ev_index(p, e, th):
     return p.array(e.array, th)[i]
 
 
+def _to_half(x, t: DType) -> np.float32:
+    """A float32 stored into a 16-bit array: rounded to nearest even, kept as float32."""
+    if t == float16:
+        with np.errstate(all="ignore"):
+            return np.float32(np.float16(x))
+    return round_bf16(x)
+
+
+def _half_bits(x, t: DType) -> int:
+    if t == float16:
+        return int(np.array(np.float16(x)).view(np.uint16))
+    return int(np.array(x, dtype=np.float32).view(np.uint32)) >> 16
+
+
+def _ev_pair_bits(p, e, th):
+    i = int(p.ev(e.index, th))
+    a = e.array
+    if i % 2 or not 0 <= i < a.size - 1:
+        raise IndexError(f"pair_bits({a.name}[{i}]): not an even index of a pair (size {a.size})")
+    if p.races is not None:
+        p.races.read(a.name, i, th.tid)
+        p.races.read(a.name, i + 1, th.tid)
+    arr = p.array(a, th)
+    return np.uint32(_half_bits(arr[i], a.dtype) | _half_bits(arr[i + 1], a.dtype) << 16)
+
+
 def _ev_special(p, e, th):
     if e.kind == "tid":
         return np.int32(th.tid)
@@ -537,6 +565,7 @@ _EVAL: dict[type, Callable] = {
     L.PtrAdd: _ev_ptradd,
     L.PtrDiff: _ev_ptrdiff,
     L.Load: _ev_load,
+    L.PairBits: _ev_pair_bits,
 }
 
 

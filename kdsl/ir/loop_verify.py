@@ -90,8 +90,10 @@ class _Verifier:
                 self.fail(f"array {a.name} declared twice")
             if a.space not in ("reg", "shared") or a.size <= 0:
                 self.fail(f"array {a.name}: space {a.space!r}, size {a.size}")
-            if _bad_register_type(a.dtype):
-                self.fail(f"array {a.name} of {a.dtype} (arrays hold register types)")
+            if _bad_register_type(a.dtype) and not (a.space == "shared"
+                                                    and a.dtype.name in L.HALF_NAMES):
+                self.fail(f"array {a.name} of {a.dtype} (arrays hold register types; shared "
+                          "arrays also 16-bit floats)")
             self.arrays[a.name] = a
 
     # ------------------------------------------------------------------------ reporting
@@ -171,6 +173,12 @@ class _Verifier:
 
     def _index(self, e: L.Index) -> None:
         self.array(e.array, e)
+        self.want(e.index, _is_int, "an array index must be an integer", e)
+
+    def _pair_bits(self, e: L.PairBits) -> None:
+        a = self.array(e.array, e)
+        if not isinstance(a.dtype, DType) or a.dtype.name not in L.HALF_NAMES:
+            self.fail(f"pair_bits of {a.dtype} array {a.name} (16-bit float arrays only)", e)
         self.want(e.index, _is_int, "an array index must be an integer", e)
 
     def _unary(self, e: L.Unary) -> None:
@@ -289,7 +297,7 @@ class _Verifier:
     def _array_store(self, s: L.ArrayStore) -> None:
         a = self.array(s.array, None)
         self.want(s.index, _is_int, "an array index must be an integer", s.index)
-        self._value_for(s.value, a.dtype, f"array {a.name}")
+        self._value_for(s.value, L.element_type(a.dtype), f"array {a.name}")
 
     def _pointer(self, p: L.Expr) -> PointerType:
         t = self.expr(p)
@@ -373,7 +381,7 @@ _EXPR = {
     L.Index: _Verifier._index, L.Unary: _Verifier._unary, L.Binary: _Verifier._binary,
     L.Select: _Verifier._select, L.Cast: _Verifier._cast, L.Bitcast: _Verifier._bitcast,
     L.Round: _Verifier._round, L.Fma: _Verifier._fma, L.PtrAdd: _Verifier._ptradd,
-    L.PtrDiff: _Verifier._ptrdiff, L.Load: _Verifier._load,
+    L.PtrDiff: _Verifier._ptrdiff, L.Load: _Verifier._load, L.PairBits: _Verifier._pair_bits,
 }
 _STMT = {
     L.Assign: _Verifier._assign, L.ArrayStore: _Verifier._array_store,

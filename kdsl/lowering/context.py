@@ -147,6 +147,13 @@ class LoweringContext(Protocol):
         """Arrays holding each value by flat element index (shared copies when registers are
         not addressable, staged together between one pair of barriers)."""
 
+    def stage(self, values: list[tile.Value], positions: list[Callable[[Expr], Expr]],
+              dtypes: list[Type], sizes: list[int], reader: tile.Op | None = None
+              ) -> list[Array]:
+        """Shared copies of tiles in layouts of their own (element e of values[i] at
+        positions[i](e)), written in a new epoch between one pair of barriers (by the open
+        group itself where it computes them all; `reader` then joins the group)."""
+
     def note_addressed(self, arrays: list[Array]) -> None:
         """Record that the open group reads `arrays` at other slots than its own."""
 

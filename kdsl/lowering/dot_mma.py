@@ -14,19 +14,29 @@ Anything else (float32 "ieee", float64, ragged shapes, fewer than a warp of thre
 shared memory) uses the fallback strategy (the generic one), so fp32 stays exact by default.
 
 Data movement (`plan` -> `MmaPlan`; every step a plain Loop IR statement):
-1. a and b are made addressable (shared copies, `Lowerer.addressable`); a transposed operand is
-   read through its source's storage with permuted coordinates (`Lowerer.at`).
+1. a and b get shared copies.  With 16-bit inputs on a target with 16-bit shared arrays
+   ("shared_16bit") both are copied K-major in their own type, rows padded by `PAD16` elements
+   (`_k_major`: a as [M][K + 8], b as [N][K + 8]; a transposed operand is copied from its
+   source's storage), written by the group that loads them where it can (`Lowerer.stage`), and
+   each fragment register is one 32-bit `PairBits` read of two consecutive k, passed as is to
+   the packed form of the instruction (`MmaKind.bits`).  Otherwise the lowering's float32
+   copies by flat index (`Lowerer.addressable`), read element by element.
 2. the M rows are cut into passes so that a thread holds at most `MAX_ACC_REGS` accumulators;
    in a pass the warps form a wm x wn grid, warp (wi, wj) owning a pm x pn block of 16x8
    tiles whose C fragments are Python-unrolled variables (registers) for the whole K loop.
 3. accumulator in: c's rows go, one chunk of `chunk` rows at a time, to a shared buffer and
    from it into the fragments (barriers around each chunk; zeros for `dot(a, b)`).
-4. for k0 = 0, KK, ...: each warp loads its pm A and pn B fragments once and issues pm*pn
-   intrinsics.
+4. the K steps (unrolled up to `UNROLL_K_STEPS`): each warp loads its pm A and pn B fragments
+   once per step and issues pm*pn intrinsics.
 5. accumulator out: fragments -> buffer -> the lowering's layout, chunk by chunk.  When one
    buffer holds the whole result it is read lazily by flat index (so it fuses with what
    follows); otherwise the chunks are copied into a register array (the accumulator's own when
    it dies at this dot).
+
+A loop-carried accumulator (`acc = dot(a, b, acc)` in a `for` loop, the accumulator used for
+nothing else in the body, one pass) stays in the fragments for the whole loop
+(`resident_accumulators`): steps 3 and 5 run once, before and after the loop, instead of at
+every iteration.
 
 Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k*"): with `g = lane >> 2` (group)
 and `t = lane & 3` (thread in group), element i of a lane's fragment sits at (row, col) =
@@ -60,9 +70,11 @@ from kdsl.ir.loop import (
     Index,
     Intrinsic,
     IntrinsicSim,
+    PairBits,
     Stmt,
+    Var,
 )
-from kdsl.ir.types import DType, bfloat16, float16, float32, int8, int32
+from kdsl.ir.types import DType, bfloat16, float16, float32, int8, int32, uint32
 
 from . import index as ix
 from .context import LoweringContext
@@ -104,6 +116,9 @@ class MmaKind:
     a: Layout           # A (m x k, row-major)
     b: Layout           # B (k x n, "col": each lane holds a column's k elements)
     convert: Callable[[np.ndarray], np.ndarray]  # what the instruction sees of an input value
+    # the same instruction with its A and B fragments as packed 16-bit pairs (uint32 each),
+    # read with `PairBits` from 16-bit shared copies; "" where the inputs are not 16-bit
+    bits: str = ""
 
 
 def _f16(x: np.ndarray) -> np.ndarray:
@@ -128,8 +143,10 @@ _A16 = _layout(8, lambda i: (1, 0, 8 * ((i >> 1) & 1)), lambda i: (0, 2, (i & 1)
 _B16 = _layout(4, lambda i: (0, 2, (i & 1) + 8 * (i >> 1)), lambda i: (1, 0, 0))
 
 MMA_KINDS: dict[str, MmaKind] = {
-    "float16": MmaKind("mma_m16n8k16_f32_f16", 16, 8, 16, float32, _A16, _B16, _f16),
-    "bfloat16": MmaKind("mma_m16n8k16_f32_bf16", 16, 8, 16, float32, _A16, _B16, _bf16_truncate),
+    "float16": MmaKind("mma_m16n8k16_f32_f16", 16, 8, 16, float32, _A16, _B16, _f16,
+                       bits="mma_m16n8k16_f32_f16_bits"),
+    "bfloat16": MmaKind("mma_m16n8k16_f32_bf16", 16, 8, 16, float32, _A16, _B16, _bf16_truncate,
+                        bits="mma_m16n8k16_f32_bf16_bits"),
     "tf32": MmaKind(
         "mma_m16n8k8_f32_tf32", 16, 8, 8, float32,
         _layout(4, lambda i: (1, 0, 8 * (i & 1)), lambda i: (0, 1, 4 * (i >> 1))),
@@ -186,9 +203,31 @@ def mma_reference(kind: MmaKind, lanes: list[list]) -> list[list]:
 
 #: intrinsic name -> how the Loop IR simulator runs it (the lowering records the ones a kernel
 #: uses in `Kernel.intrinsics`)
+def _unpack(bits: int, fmt: str) -> tuple[float, float]:
+    """The two 16-bit values of a packed register (low half first)."""
+    halves = (int(bits) & 0xFFFF, (int(bits) >> 16) & 0xFFFF)
+    if fmt == "float16":
+        return tuple(float(np.array(h, np.uint16).view(np.float16)) for h in halves)
+    return tuple(float(np.array(h << 16, np.uint32).view(np.float32)) for h in halves)
+
+
+def mma_bits_reference(kind: MmaKind, fmt: str, lanes: list[list]) -> list[list]:
+    """`mma_reference` with each lane's A and B fragments given as packed pairs."""
+    na, nb = len(kind.a.elems) // 2, len(kind.b.elems) // 2
+    flat = []
+    for args in lanes:
+        vals = [x for w in args[:na + nb] for x in _unpack(w, fmt)]
+        flat.append(vals + list(args[na + nb:]))
+    return mma_reference(kind, flat)
+
+
 SIMULATIONS: dict[str, IntrinsicSim] = {
     kind.name: IntrinsicSim(partial(mma_reference, kind), warp=True) for kind in MMA_KINDS.values()
 }
+SIMULATIONS.update({
+    kind.bits: IntrinsicSim(partial(mma_bits_reference, kind, fmt), warp=True)
+    for fmt, kind in MMA_KINDS.items() if kind.bits
+})
 
 
 # ---------------------------------------------------------------------------- strategy
@@ -276,6 +315,42 @@ def _frag_at(layout_elem: tuple[Coef, Coef], grp: Expr, tig: Expr, r0: Expr, c0:
     return _coord(rc, grp, tig, r0), _coord(cc, grp, tig, c0)
 
 
+# A dot of at most this many K steps of its instruction is unrolled (constant offsets in the
+# fragment loads); BLOCK_K 64 of a 16-bit dot is 4 steps, 128 is 8.
+UNROLL_K_STEPS = 8
+# Rows of a 16-bit operand copy are padded by 8 elements (16 bytes): the eight rows one
+# fragment load touches then start in different banks (a row of 64 halves spans all 32).
+PAD16 = 8
+
+
+def _k_major(L: LoweringContext, v: tile.Value, k_dim: int, stride: int
+             ) -> tuple[tile.Value, Callable[[Expr], Expr]] | None:
+    """(base, position): how to copy operand `v` (2-D, its K dim `k_dim`) K-major with rows of
+    `stride` elements from the storage of its view's base: base element e goes to
+    position(e) = (other coordinate) * stride + k.  None unless the base is `v` itself or
+    the source of `trans(v)` (other views keep the flat copies)."""
+    base, _ = L.view(v)
+    c = L.canon(v)
+    if base.type.elem != v.type.elem or len(v.shape) != 2:
+        return None
+    if base is c and base.shape == v.shape:
+        order = (0, 1)  # base coordinates are v's
+    elif (isinstance(c.owner, tile.Op) and c.owner.kind == "trans"
+          and L.canon(c.owner.operands[0]) is base and base.shape == v.shape[::-1]):
+        order = (1, 0)  # base coordinates are v's reversed
+    else:
+        return None
+    shape = base.shape
+
+    def position(e: Expr) -> Expr:
+        coords = ix.unflatten(e, shape)
+        logical = [coords[order[0]], coords[order[1]]]
+        k, other = logical[k_dim], logical[1 - k_dim]
+        return ix.add(ix.mul(other, stride), k)
+
+    return base, position
+
+
 class _MmaDot:
     """The Loop IR of one mma dot under plan `p`: the warp coordinates, the fragment
     variables, and the three phases (accumulator in, the K loop, accumulator out)."""
@@ -292,11 +367,21 @@ class _MmaDot:
         # acc[i][j]: the C fragment of the warp's tile (i, j); af[i], bf[j]: its A / B fragments.
         self.acc = [[[L.var(f"d{i}_{j}_{x}", t) for x in range(4)] for j in range(p.pn)]
                     for i in range(p.pm)]
-        self.af = [[L.var(f"a{i}_{x}", register_type(a.type)) for x in range(len(kind.a.elems))]
-                   for i in range(p.pm)]
-        self.bf = [[L.var(f"b{j}_{x}", register_type(b.type)) for x in range(len(kind.b.elems))]
-                   for j in range(p.pn)]
         self.active = p.wm * p.wn < L.T // 32  # idle warps skip the warp-collective part
+        # 16-bit K-major copies of a and b ((base value, position of its element e) each)
+        self.packed = None
+        if kind.bits and L.target.has("shared_16bit"):
+            S = self.K + PAD16
+            la, lb = _k_major(L, a, 1, S), _k_major(L, b, 0, S)
+            if la is not None and lb is not None:
+                self.packed = (la, lb)
+        self.abits: list[list[Var]] | None = None
+        self.bbits: list[list[Var]] | None = None
+        if self.packed is None:
+            self.af = [[L.var(f"a{i}_{x}", register_type(a.type))
+                        for x in range(len(kind.a.elems))] for i in range(p.pm)]
+            self.bf = [[L.var(f"b{j}_{x}", register_type(b.type))
+                        for x in range(len(kind.b.elems))] for j in range(p.pn)]
 
     def coordinates(self) -> None:
         L, p = self.L, self.p
@@ -337,10 +422,20 @@ class _MmaDot:
                 out.append(If(inside, body))
         return out
 
-    def mma_loop(self, A: Array, B: Array, pass_row: int) -> Stmt:
+    def mma_loop(self, A: Array, B: Array, pass_row: int) -> list[Stmt]:
+        """The K steps of the dot: unrolled when there are at most `UNROLL_K_STEPS` (constant
+        fragment addresses), else a loop."""
+        step = self._packed_step if self.packed else self._step
+        n = self.K // self.p.kind.k
+        if n <= UNROLL_K_STEPS:
+            return [s for i in range(n) for s in step(A, B, pass_row, ix.c32(i * self.p.kind.k))]
+        return [For(self.k0, ix.c32(0), ix.c32(self.K), ix.c32(self.p.kind.k),
+                    step(A, B, pass_row, self.k0))]
+
+    def _step(self, A: Array, B: Array, pass_row: int, k0: Expr) -> list[Stmt]:
         L, p, kind = self.L, self.p, self.p.kind
         a, b, _ = self.op.operands
-        grp, tig, k0 = self.grp, self.tig, self.k0
+        grp, tig = self.grp, self.tig
         body: list[Stmt] = []
         for i in range(p.pm):
             for x, el in enumerate(kind.a.elems):
@@ -354,12 +449,47 @@ class _MmaDot:
             for j in range(p.pn):
                 body.append(Intrinsic(kind.name, self.af[i] + self.bf[j] + self.acc[i][j],
                                       self.acc[i][j]))
-        return For(k0, ix.c32(0), ix.c32(self.K), ix.c32(kind.k), body)
+        return body
+
+    def _packed_step(self, A: Array, B: Array, pass_row: int, k0: Expr) -> list[Stmt]:
+        """One K step on 16-bit copies (`_k_major` layouts): each fragment register is one
+        `PairBits` read (two consecutive k of one row of A, of one column of B)."""
+        p, kind, S = self.p, self.p.kind, self.K + PAD16
+        grp, tig = self.grp, self.tig
+        if self.abits is None:
+            L = self.L
+            self.abits = [[L.var(f"ap{i}_{x}", uint32) for x in range(len(kind.a.elems) // 2)]
+                          for i in range(p.pm)]
+            self.bbits = [[L.var(f"bp{j}_{x}", uint32) for x in range(len(kind.b.elems) // 2)]
+                          for j in range(p.pn)]
+        body: list[Stmt] = []
+        for i in range(p.pm):
+            for x, v in enumerate(self.abits[i]):
+                r, kk = _frag_at(kind.a.elems[2 * x], grp, tig, self.tile_row(pass_row, i), k0)
+                body.append(Assign(v, PairBits(A, ix.add(ix.mul(r, S), kk))))
+        for j in range(p.pn):
+            for x, v in enumerate(self.bbits[j]):
+                kk, cc = _frag_at(kind.b.elems[2 * x], grp, tig, k0, self.col(j))
+                body.append(Assign(v, PairBits(B, ix.add(ix.mul(cc, S), kk))))
+        for i in range(p.pm):
+            for j in range(p.pn):
+                body.append(Intrinsic(kind.bits, self.abits[i] + self.bbits[j] + self.acc[i][j],
+                                      self.acc[i][j]))
+        return body
 
     def operands(self) -> list[Array]:
+        """Shared copies of a and b: 16-bit, K-major with padded rows where the target has
+        16-bit shared arrays and both operands have such a layout (`_k_major`), else the
+        lowering's own copies (float32 registers' type, by flat index)."""
+        L = self.L
         a, b, _ = self.op.operands
-        self.L.close()
-        return self.L.addressable(self.L.view(a)[0], self.L.view(b)[0])
+        if self.packed:
+            S = self.K + PAD16
+            (ab, apos), (bb, bpos) = self.packed
+            return L.stage([ab, bb], [apos, bpos], [a.type.elem, b.type.elem],
+                           [self.M * S, self.N * S], reader=self.op)
+        L.close()
+        return L.addressable(L.view(a)[0], L.view(b)[0])
 
     def acc_in(self, c: tile.Value, pass_row: int, lazy: bool, X: Array | None = None) -> None:
         """c's rows of this pass -> the fragments (zeros for a zero constant), a chunk of rows
@@ -416,7 +546,7 @@ def tensor_core_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None
     resident = L.resident.get(id(op))
     if resident is not None:  # the accumulator stays in the fragments across the loop
         A, B = resident.operands()
-        resident.warps_only([resident.mma_loop(A, B, 0)])
+        resident.warps_only(resident.mma_loop(A, B, 0))
         return
     p = plan(L, op)
     if p is None:
@@ -440,7 +570,7 @@ def tensor_core_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None
         out = L.array(op.result.name or "dot", t, L.slots(M * N))
     for pass_row in range(0, M, p.rows):
         d.acc_in(c, pass_row, lazy, X)
-        d.warps_only([d.mma_loop(A, B, pass_row)])
+        d.warps_only(d.mma_loop(A, B, pass_row))
         d.acc_out(pass_row, out, lazy, X)
     d.bind_result(op.result, X, out, lazy)
 

@@ -45,7 +45,7 @@ the helper modules see is `LoweringContext` (context.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from math import prod
@@ -70,8 +70,10 @@ from kdsl.ir.loop import (
     IntrinsicSim,
     Kernel,
     KParam,
+    PairBits,
     Special,
     Stmt,
+    Type,
     Var,
 )
 from kdsl.ir.loop_verify import verify
@@ -531,6 +533,48 @@ class Lowerer:
             self.barrier()
         return [self.staged[v.id] for v in values]
 
+    def stage(self, values: list[tile.Value], positions: list[Callable[[Expr], Expr]],
+              dtypes: list[Type], sizes: list[int], reader: tile.Op | None = None
+              ) -> list[Array]:
+        """Shared copies of tiles in layouts of their own: element e of values[i] at
+        positions[i](e) of a fresh array of sizes[i] elements of dtypes[i] (a 16-bit type is
+        stored converted), all written in a new epoch between one pair of barriers.
+
+        When every value is computed in the open group (the loads of a dot's operands), the
+        copies are written by that group itself, after a barrier placed before its loop: the
+        values then need no register array (`reader`, the op reading the copies, counts as a
+        member of the group).  Not when the group reads shared memory: an array of an older
+        epoch it reads may be the memory the copies reuse."""
+        g = self.group
+        vals = [self.canon(v) for v in values]
+        if (g is not None and self.target.needs_barriers and reader is not None
+                and all(v.id in self.cur and v.type.numel == g.n for v in vals)
+                and not _reads_shared(g.body)):
+            self.new_epoch()
+            self.barrier()  # before the group's loop: earlier readers of shared memory are done
+            out = []
+            for v, pos, t, n in zip(vals, positions, dtypes, sizes):
+                sh = self.shared((v.name or "s") + "_sh", t, n)
+                g.body.append(ArrayStore(sh, pos(g.e), self.cur[v.id]))
+                out.append(sh)
+            g.ops.add(id(reader))
+            self.close()
+            self.barrier()
+            return out
+        self.close()
+        self.new_epoch()
+        self.barrier()  # earlier readers of shared memory (a previous iteration) are done
+        out = []
+        for v, pos, t, n in zip(values, positions, dtypes, sizes):
+            v = self.canon(v)
+            sh = self.shared((v.name or "s") + "_sh", t, n)
+            g = self.open_group(v.type.numel)
+            g.body.append(ArrayStore(sh, pos(g.e), self.read(v)))
+            self.close()
+            out.append(sh)
+        self.barrier()
+        return out
+
     def _materialise(self, v: tile.Value) -> None:
         """Store a recomputed value (cheap index math, or a re-loadable tile) in a register array:
         a dot or a reduction is about to address it in memory (one thread)."""
@@ -795,6 +839,18 @@ class Lowerer:
             if finish is not None:
                 finish(term)
         return stmts, term
+
+
+def _reads_shared(node: object) -> bool:
+    """Whether statements or expressions read a shared array (walked by dataclass fields)."""
+    if isinstance(node, (Index, PairBits)) and node.array.space == "shared":
+        return True
+    if isinstance(node, (list, tuple)):
+        return any(_reads_shared(x) for x in node)
+    if isinstance(node, (Array, Var, Const, Special)):
+        return False
+    fields_ = getattr(node, "__dataclass_fields__", None)
+    return fields_ is not None and any(_reads_shared(getattr(node, f)) for f in fields_)
 
 
 def _same_coords(cs: list[Expr]) -> list[Expr]:

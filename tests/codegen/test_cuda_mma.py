@@ -134,9 +134,10 @@ def _lower(M, N, K, dt, trans=False, acc=False, prec="ieee", num_warps=2) -> Ker
 
 
 CASES = {  # name: (M, N, K, dtype, trans_b, acc, precision, intrinsic)
-    "f16": (32, 16, 32, "float16", False, False, "ieee", "mma_m16n8k16_f32_f16"),
-    "f16_trans_acc": (16, 32, 16, "float16", True, True, "ieee", "mma_m16n8k16_f32_f16"),
-    "bf16": (16, 16, 32, "bfloat16", False, True, "ieee", "mma_m16n8k16_f32_bf16"),
+    # 16-bit operands: K-major 16-bit shared copies, fragments read as packed pairs
+    "f16": (32, 16, 32, "float16", False, False, "ieee", "mma_m16n8k16_f32_f16_bits"),
+    "f16_trans_acc": (16, 32, 16, "float16", True, True, "ieee", "mma_m16n8k16_f32_f16_bits"),
+    "bf16": (16, 16, 32, "bfloat16", False, True, "ieee", "mma_m16n8k16_f32_bf16_bits"),
     "tf32": (16, 16, 16, "float32", True, False, "tf32", "mma_m16n8k8_f32_tf32"),
     "int8": (16, 8, 64, "int8", False, True, "ieee", "mma_m16n8k32_s32_s8"),
 }
@@ -169,6 +170,31 @@ def test_simulated(case):
         np.testing.assert_array_equal(c, want)
     else:
         assert_close(c, want, dtype=np.float16 if prec == "tf32" else np.float32, k=K)
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_float32_copies_without_16bit_shared_arrays(dt, monkeypatch):
+    """A target without 16-bit shared arrays stages float32 copies by flat index and passes
+    the fragments as float32 values (the instruction's unpacked form)."""
+    monkeypatch.setattr(cuda.CUDABackend, "caps", cuda.CUDABackend.caps - {"shared_16bit"})
+    monkeypatch.setenv("KDSL_CACHE", "0")
+    M, N, K = 32, 16, 32
+    ck = _lower(M, N, K, dt, acc=True)
+    assert set(_intrinsics(ck.kernel.body)) == {MMA_KINDS[dt].name}
+    assert all(a.dtype.name == "float32" for a in ck.kernel.arrays if a.space == "shared")
+    a = RNG.standard_normal((M, K)).astype(np.float32)
+    b = RNG.standard_normal((K, N)).astype(np.float32)
+    c = RNG.standard_normal((M, N)).astype(np.float32)
+    r = np.vectorize(round_bf16) if dt == "bfloat16" else (lambda x: x.astype(np.float16))
+    want = r(a).astype(np.float64) @ r(b).astype(np.float64) + c
+    run_kernel(ck.kernel, (1,), [a, b, c])
+    assert_close(c, want, dtype=np.float32, k=K)
+
+
+def test_16bit_copies_are_k_major_and_padded():
+    ck = _lower(32, 16, 32, "float16", trans=True)
+    sizes = sorted(a.size for a in ck.kernel.arrays if a.dtype.name == "float16")
+    assert sizes == [16 * (32 + 8), 32 * (32 + 8)]  # N and M rows of K + 8 elements
 
 
 @pytest.mark.parametrize("shape,dt,prec", [
@@ -290,7 +316,8 @@ def test_passes_and_chunks_simulated(acc, monkeypatch):
     M, N, K = 64, 32, 32
     ck = _lower(M, N, K, "float16", acc=acc, num_warps=4)
     assert {s.size for s in ck.kernel.arrays if s.name.startswith("acc_sh")} == {16 * N}
-    assert len(_intrinsics(ck.kernel.body)) == 2 * 2  # 2 passes x (1 x 2 tiles per warp)
+    # 2 passes x (1 x 2 tiles per warp) x 2 K steps (unrolled)
+    assert len(_intrinsics(ck.kernel.body)) == 2 * 2 * 2
     a = RNG.standard_normal((M, K)).astype(np.float32)
     b = RNG.standard_normal((K, N)).astype(np.float32)
     c = RNG.standard_normal((M, N)).astype(np.float32) if acc else np.zeros((M, N), np.float32)

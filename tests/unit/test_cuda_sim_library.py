@@ -1,0 +1,43 @@
+"""Every library kernel lowered for the CUDA target (tensor cores, 16-bit shared copies,
+resident accumulators, 32-thread warps) and run by the Loop IR simulator with its
+shared-memory race detector on (`cuda_sim.CudaSimBackend`), against the float64 references of
+`kdsl.kernels.reference` under the one tolerance rule of `kdsl compare`.  No GPU needed."""
+
+from __future__ import annotations
+
+import cuda_sim
+import pytest
+
+from kdsl.tools.compare import compare_case
+
+# Small shapes (the simulator runs every thread in Python), ragged where the kernel allows.
+SHAPES = {
+    "softmax": (4, 100), "rms_norm": (4, 100), "layer_norm": (4, 100),
+    "matmul": (40, 32, 48), "mlp": (16, 32, 48), "attention": (1, 2, 32, 32),
+    "decode_attention": (2, 2, 32, 40, 16), "quant_matmul": (16, 64, 128, 32),
+    "block_sparse_matmul": (32, 64, 64, 32, 50), "semi_structured_matmul": (32, 32, 64),
+}
+DTYPES = ["float16", pytest.param("bfloat16", marks=pytest.mark.slow),
+          pytest.param("float32", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module")
+def cudasim():
+    from kdsl.backends import register_backend, unregister_backend
+
+    from kdsl.runtime import registry
+
+    register_backend(cuda_sim.NAME, "cuda_sim", "CudaSimBackend")
+    registry.clear_caches()
+    yield cuda_sim.NAME
+    unregister_backend(cuda_sim.NAME)
+    registry.clear_caches()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_library_kernel_in_the_simulator(cudasim, name, dtype, monkeypatch):
+    monkeypatch.setenv("KDSL_AUTOTUNE", "0")  # the first config: tuning would time the simulator
+    report = compare_case(name, SHAPES[name], dtype, [cudasim])
+    assert report.results, f"{name}: nothing was compared"
+    assert report.passed, report.text()
