@@ -100,6 +100,9 @@ class CDialect:
     printf_int64: str = "ll"
     # Integer bit counts `clz`/`popc`: "clz32", "clz64", ... -> format with {x} and {T}
     int_math: Mapping[str, str] = field(default_factory=dict)
+    # the 32-bit shared-memory address of {p} (a pointer into a shared array), for
+    # `SharedRow`; empty: the dialect has no warp-collective matrix loads
+    shared_address: str = ""
 
 
 # ----------------------------------------------------------------------------------- names
@@ -235,6 +238,7 @@ class CEmitter:
         self.expr_table: dict[type, Callable[[loop.Expr], str]] = {
             loop.Const: self._const, loop.Var: self._var, loop.Special: self._special,
             loop.Index: self._index, loop.PairBits: self._pair_bits,
+            loop.SharedRow: self._shared_row,
             loop.Unary: self._unary, loop.Binary: self._binary,
             loop.Select: self._select, loop.Cast: self._cast, loop.Bitcast: self._bitcast,
             loop.Round: self._round, loop.Fma: self._fma, loop.PtrAdd: self._ptradd,
@@ -318,6 +322,10 @@ class CEmitter:
             self.need("bf16")
             return f"kd_bf16_to_f32({name}[{i}])"
         return f"{name}[{i}]"
+
+    def _shared_row(self, e: loop.SharedRow) -> str:
+        name, i = self.names('a', e.array.name), self.expr(e.index)
+        return self.d.shared_address.format(p=f"(&{name}[{i}])")
 
     def _pair_bits(self, e: loop.PairBits) -> str:
         name, i = self.names('a', e.array.name), self.expr(e.index)

@@ -85,6 +85,7 @@ def cuda_dialect() -> CDialect:
                          "bfloat16": "kd_f32_to_bf16({x})"},
         # more than 48 KiB of __shared__ arrays: slices of one `extern __shared__` buffer
         dynamic_shared="kd_smem", static_shared_bytes=STATIC_SHARED_BYTES,
+        shared_address="((unsigned)__cvta_generic_to_shared({p}))",
     )
 
 
@@ -103,6 +104,8 @@ MMA_FUNCTIONS = {
     # operands as packed 16-bit pairs from 16-bit shared copies (dot_mma.py, `PairBits`)
     "mma_m16n8k16_f32_f16_bits": "kd_mma_m16n8k16_f16_bits",
     "mma_m16n8k16_f32_bf16_bits": "kd_mma_m16n8k16_bf16_bits",
+    # warp-collective loads of four 8x8 16-bit matrices from shared memory (dot_mma.py)
+    "ldmatrix_x4": "kd_ldmatrix_x4",
     # sparse (kdsl/lowering/dot_sparse.py)
     "mma_sp_m16n8k32_f32_f16": "kd_mma_sp_m16n8k32_f16",
     "mma_sp_m16n8k32_f32_bf16": "kd_mma_sp_m16n8k32_bf16",
@@ -394,7 +397,7 @@ class CUDABackend(Backend):
     array_name = "CuPy"
     dlpack_devices = (2, 13)  # kDLCUDA, kDLCUDAManaged
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads",
-                      "bessel", "shared_16bit"})
+                      "bessel", "shared_16bit", "ldmatrix"})
     ops = C_OPS
 
     def device_kind(self) -> str:

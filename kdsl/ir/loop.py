@@ -15,6 +15,7 @@ backend turns variables into allocas that mem2reg promotes):
     Select(cond, a, b)            Cast(x, dtype)               Bitcast(x, dtype)
     Round(x, fmt)                 Fma(a, b, c)                 PtrAdd(ptr, offset)
     PtrDiff(ptr, base)            Load(ptr, mask, other)       PairBits(array, index)
+    SharedRow(array, index)
 
   statements:
     Assign(var, value)            ArrayStore(array, index, value)
@@ -144,6 +145,21 @@ class Index(Expr):
     @property
     def dtype(self) -> Type:
         return element_type(self.array.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class SharedRow(Expr):
+    """The 32-bit shared-memory address of element `index` (a multiple of 8) of a 16-bit
+    shared array: one lane's row of eight elements in a warp-collective matrix load
+    (`ldmatrix`), and only ever an argument of such an intrinsic.  In the simulator its value
+    is the row itself: the eight elements' 16-bit codes."""
+
+    array: Array
+    index: Expr
+
+    @property
+    def dtype(self) -> Type:
+        return uint32
 
 
 @dataclass(frozen=True, eq=False)
@@ -488,6 +504,8 @@ def format_expr(e: Expr) -> str:
             return f"{a.name}[{format_expr(i)}]"
         case PairBits(array=a, index=i):
             return f"pair_bits({a.name}[{format_expr(i)}])"
+        case SharedRow(array=a, index=i):
+            return f"row({a.name}[{format_expr(i)}])"
         case Unary(op=o, x=x):
             return f"{o}({format_expr(x)})"
         case Binary(op=o, a=a, b=b) if o in _BIN_SYM:

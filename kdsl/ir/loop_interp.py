@@ -527,6 +527,20 @@ def _ev_pair_bits(p, e, th):
     return np.uint32(_half_bits(arr[i], a.dtype) | _half_bits(arr[i + 1], a.dtype) << 16)
 
 
+def _ev_shared_row(p, e, th):
+    """The eight 16-bit codes of the row a lane gives a matrix load (`SharedRow`)."""
+    i = int(p.ev(e.index, th))
+    a = e.array
+    if i % 8 or not 0 <= i <= a.size - 8:
+        raise IndexError(f"row({a.name}[{i}]): not a 16-byte aligned row of 8 elements "
+                         f"(size {a.size})")
+    if p.races is not None:
+        for j in range(8):
+            p.races.read(a.name, i + j, th.tid)
+    arr = p.array(a, th)
+    return tuple(_half_bits(arr[i + j], a.dtype) for j in range(8))
+
+
 def _ev_special(p, e, th):
     if e.kind == "tid":
         return np.int32(th.tid)
@@ -566,6 +580,7 @@ _EVAL: dict[type, Callable] = {
     L.PtrDiff: _ev_ptrdiff,
     L.Load: _ev_load,
     L.PairBits: _ev_pair_bits,
+    L.SharedRow: _ev_shared_row,
 }
 
 

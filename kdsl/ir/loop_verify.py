@@ -175,10 +175,15 @@ class _Verifier:
         self.array(e.array, e)
         self.want(e.index, _is_int, "an array index must be an integer", e)
 
-    def _pair_bits(self, e: L.PairBits) -> None:
+    def _shared_row(self, e: L.SharedRow) -> None:
+        self._pair_bits(e)  # the same rules: a 16-bit shared array, an integer index
+
+    def _pair_bits(self, e: L.PairBits | L.SharedRow) -> None:
         a = self.array(e.array, e)
-        if not isinstance(a.dtype, DType) or a.dtype.name not in L.HALF_NAMES:
-            self.fail(f"pair_bits of {a.dtype} array {a.name} (16-bit float arrays only)", e)
+        if (not isinstance(a.dtype, DType) or a.dtype.name not in L.HALF_NAMES
+                or a.space != "shared"):
+            self.fail(f"{type(e).__name__} of {a.space} {a.dtype} array {a.name} (16-bit "
+                      "shared arrays only)", e)
         self.want(e.index, _is_int, "an array index must be an integer", e)
 
     def _unary(self, e: L.Unary) -> None:
@@ -382,6 +387,7 @@ _EXPR = {
     L.Select: _Verifier._select, L.Cast: _Verifier._cast, L.Bitcast: _Verifier._bitcast,
     L.Round: _Verifier._round, L.Fma: _Verifier._fma, L.PtrAdd: _Verifier._ptradd,
     L.PtrDiff: _Verifier._ptrdiff, L.Load: _Verifier._load, L.PairBits: _Verifier._pair_bits,
+    L.SharedRow: _Verifier._shared_row,
 }
 _STMT = {
     L.Assign: _Verifier._assign, L.ArrayStore: _Verifier._array_store,

@@ -18,8 +18,10 @@ Data movement (`plan` -> `MmaPlan`; every step a plain Loop IR statement):
    ("shared_16bit") both are copied K-major in their own type, rows padded by `PAD16` elements
    (`_k_major`: a as [M][K + 8], b as [N][K + 8]; a transposed operand is copied from its
    source's storage), written by the group that loads them where it can (`Lowerer.stage`), and
-   each fragment register is one 32-bit `PairBits` read of two consecutive k, passed as is to
-   the packed form of the instruction (`MmaKind.bits`).  Otherwise the lowering's float32
+   the fragments are loaded with `ldmatrix.x4` (one per A tile, one per two B tiles: the
+   n-major copy's rows are B's columns; capability "ldmatrix"), else each fragment register is
+   one 32-bit `PairBits` read of two consecutive k; either way they are passed as is to the
+   packed form of the instruction (`MmaKind.bits`).  Otherwise the lowering's float32
    copies by flat index (`Lowerer.addressable`), read element by element.
 2. the M rows are cut into passes so that a thread holds at most `MAX_ACC_REGS` accumulators;
    in a pass the warps form a wm x wn grid, warp (wi, wj) owning a pm x pn block of 16x8
@@ -71,6 +73,7 @@ from kdsl.ir.loop import (
     Intrinsic,
     IntrinsicSim,
     PairBits,
+    SharedRow,
     Stmt,
     Var,
 )
@@ -221,6 +224,21 @@ def mma_bits_reference(kind: MmaKind, fmt: str, lanes: list[list]) -> list[list]
     return mma_reference(kind, flat)
 
 
+def ldmatrix_reference(lanes: list[list]) -> list[list]:
+    """One warp's `ldmatrix.m8n8.x4.b16`: lane l's argument is the row it addresses (row l % 8
+    of matrix l / 8, as eight 16-bit codes); lane l receives, of each matrix j, row l / 4's
+    elements 2 (l % 4) and 2 (l % 4) + 1 packed in register j (PTX ISA, "ldmatrix")."""
+    rows = [args[0] for args in lanes]
+    if len(rows) != 32:
+        raise AssertionError("ldmatrix: a warp of 32 lanes")
+    out = []
+    for lane in range(32):
+        c = 2 * (lane % 4)
+        out.append([rows[8 * j + lane // 4][c] | rows[8 * j + lane // 4][c + 1] << 16
+                    for j in range(4)])
+    return out
+
+
 SIMULATIONS: dict[str, IntrinsicSim] = {
     kind.name: IntrinsicSim(partial(mma_reference, kind), warp=True) for kind in MMA_KINDS.values()
 }
@@ -228,6 +246,7 @@ SIMULATIONS.update({
     kind.bits: IntrinsicSim(partial(mma_bits_reference, kind, fmt), warp=True)
     for fmt, kind in MMA_KINDS.items() if kind.bits
 })
+SIMULATIONS["ldmatrix_x4"] = IntrinsicSim(ldmatrix_reference, warp=True)
 
 
 # ---------------------------------------------------------------------------- strategy
@@ -463,14 +482,31 @@ class _MmaDot:
             self.bbits = [[L.var(f"bp{j}_{x}", uint32) for x in range(len(kind.b.elems) // 2)]
                           for j in range(p.pn)]
         body: list[Stmt] = []
-        for i in range(p.pm):
-            for x, v in enumerate(self.abits[i]):
-                r, kk = _frag_at(kind.a.elems[2 * x], grp, tig, self.tile_row(pass_row, i), k0)
-                body.append(Assign(v, PairBits(A, ix.add(ix.mul(r, S), kk))))
-        for j in range(p.pn):
-            for x, v in enumerate(self.bbits[j]):
-                kk, cc = _frag_at(kind.b.elems[2 * x], grp, tig, k0, self.col(j))
-                body.append(Assign(v, PairBits(B, ix.add(ix.mul(cc, S), kk))))
+        if self.L.target.has("ldmatrix") and p.pn % 2 == 0:
+            # One ldmatrix.x4 per A tile (its four 8x8 quarters are A0..A3) and per two B
+            # tiles (B0, B1 of each: the n-major copy's rows are B's columns).  Lane l
+            # addresses row l % 8 of matrix l / 8.
+            li, lm = ix.mod(self.lane, 8), ix.div(self.lane, 8)
+            for i in range(p.pm):
+                r = ix.add(ix.add(self.tile_row(pass_row, i), ix.mul(ix.mod(lm, 2), 8)), li)
+                kk = ix.add(k0, ix.mul(ix.div(lm, 2), 8))
+                body.append(Intrinsic("ldmatrix_x4", [SharedRow(A, ix.add(ix.mul(r, S), kk))],
+                                      self.abits[i]))
+            for q in range(p.pn // 2):
+                n = ix.add(ix.add(self.col(2 * q), ix.mul(ix.div(lm, 2), 8)), li)
+                kk = ix.add(k0, ix.mul(ix.mod(lm, 2), 8))
+                body.append(Intrinsic("ldmatrix_x4", [SharedRow(B, ix.add(ix.mul(n, S), kk))],
+                                      self.bbits[2 * q] + self.bbits[2 * q + 1]))
+        else:
+            for i in range(p.pm):
+                for x, v in enumerate(self.abits[i]):
+                    r, kk = _frag_at(kind.a.elems[2 * x], grp, tig, self.tile_row(pass_row, i),
+                                     k0)
+                    body.append(Assign(v, PairBits(A, ix.add(ix.mul(r, S), kk))))
+            for j in range(p.pn):
+                for x, v in enumerate(self.bbits[j]):
+                    kk, cc = _frag_at(kind.b.elems[2 * x], grp, tig, k0, self.col(j))
+                    body.append(Assign(v, PairBits(B, ix.add(ix.mul(cc, S), kk))))
         for i in range(p.pm):
             for j in range(p.pn):
                 body.append(Intrinsic(kind.bits, self.abits[i] + self.bbits[j] + self.acc[i][j],

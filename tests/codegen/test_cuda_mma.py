@@ -92,6 +92,26 @@ def test_mma_reference(kind):
         assert_close(d, want, dtype=np.float32 if kind != "tf32" else np.float16, k=k.k)
 
 
+def test_ldmatrix_reference_matches_the_isa():
+    """ldmatrix .x4 (PTX ISA): lane l addresses row l % 8 of matrix l / 8; register j of lane l
+    holds matrix j's row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (low half first)."""
+    from kdsl.lowering.dot_mma import ldmatrix_reference
+
+    mats = RNG.integers(0, 1 << 16, (4, 8, 8))
+    lanes = [[tuple(int(x) for x in mats[lane // 8, lane % 8])] for lane in range(32)]
+    out = ldmatrix_reference(lanes)
+    for lane in range(32):
+        r, c = lane // 4, 2 * (lane % 4)
+        assert out[lane] == [int(mats[j, r, c]) | int(mats[j, r, c + 1]) << 16 for j in range(4)]
+
+
+def test_mma_uses_ldmatrix_when_the_b_tiles_pair_up():
+    ck = _lower(32, 16, 32, "float16", num_warps=1)  # one warp: 2 x 2 tiles of 16x8
+    names = _intrinsics(ck.kernel.body)
+    assert names.count("ldmatrix_x4") == 2 * (2 + 1)  # per K step: 2 A tiles, 1 pair of B tiles
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ck.source
+
+
 # ------------------------------------------------------- lowered kernels in the simulator
 
 
@@ -147,7 +167,8 @@ CASES = {  # name: (M, N, K, dtype, trans_b, acc, precision, intrinsic)
 def test_simulated(case):
     M, N, K, dt, trans, acc, prec, name = CASES[case]
     ck = _lower(M, N, K, dt, trans, acc, prec)
-    assert set(_intrinsics(ck.kernel.body)) == {name}
+    # 16-bit operands come through ldmatrix where a warp's B tiles pair up
+    assert set(_intrinsics(ck.kernel.body)) - {"ldmatrix_x4"} == {name}
     if dt == "int8":
         a = RNG.integers(-128, 128, (M, K)).astype(np.int8)
         b = RNG.integers(-128, 128, (N, K) if trans else (K, N)).astype(np.int8)
@@ -317,7 +338,8 @@ def test_passes_and_chunks_simulated(acc, monkeypatch):
     ck = _lower(M, N, K, "float16", acc=acc, num_warps=4)
     assert {s.size for s in ck.kernel.arrays if s.name.startswith("acc_sh")} == {16 * N}
     # 2 passes x (1 x 2 tiles per warp) x 2 K steps (unrolled)
-    assert len(_intrinsics(ck.kernel.body)) == 2 * 2 * 2
+    mmas = [n for n in _intrinsics(ck.kernel.body) if n.startswith("mma")]
+    assert len(mmas) == 2 * 2 * 2
     a = RNG.standard_normal((M, K)).astype(np.float32)
     b = RNG.standard_normal((K, N)).astype(np.float32)
     c = RNG.standard_normal((M, N)).astype(np.float32) if acc else np.zeros((M, N), np.float32)
