@@ -94,6 +94,7 @@ from .dot_sparse import SIMULATIONS as SPARSE_SIMULATIONS
 from .dot_sparse import sparse_tensor_core_dot
 from .legalize import legalize
 from .reduce import lower_reduce
+from .reduce_warp import SIMULATIONS as WARP_SIMULATIONS
 from .scan import lower_scan
 from .vector import Vectorizer, element_index
 
@@ -885,9 +886,10 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
     return verify(kernel, target.ops)
 
 
-#: how the Loop IR simulator runs each intrinsic the lowering may emit (dot_mma.py's and
-#: dot_sparse.py's)
-INTRINSIC_SIMULATIONS: dict[str, IntrinsicSim] = {**MMA_SIMULATIONS, **SPARSE_SIMULATIONS}
+#: how the Loop IR simulator runs each intrinsic the lowering may emit (dot_mma.py's,
+#: dot_sparse.py's and reduce_warp.py's)
+INTRINSIC_SIMULATIONS: dict[str, IntrinsicSim] = {**MMA_SIMULATIONS, **SPARSE_SIMULATIONS,
+                                                  **WARP_SIMULATIONS}
 
 
 def _intrinsics_used(stmts: list[Stmt]) -> set[str]:
