@@ -5,6 +5,9 @@ reduction of `trans(y)` reads y's storage); output element o, at coordinates c, 
 coordinates `c[:axis] + (r,) + c[axis:]` for r in [0, R).  The output is computed as a member
 of a group of numel O, so it fuses with the element-wise ops that follow.
 
+A target with warp shuffles reduces contiguous rows in registers and across lanes instead
+(reduce_warp.py, tried first); what follows is the generic strategy, every other case.
+
 With T > 1 threads and fewer outputs than threads, a two-phase reduction keeps the threads busy:
 P = the largest power of two with O*P <= T and P <= R; phase 1 gives each of O*P virtual elements
 (one per thread) a partial over r = p, p+P, ...; after a barrier, phase 2 combines each output's
