@@ -325,6 +325,31 @@ def test_inside_a_loop_the_partials_are_protected():
     assert out[0] == want
 
 
+def attention(q_ptr, k_ptr, v_ptr, o_ptr, M: kd.constexpr, N: kd.constexpr, D: kd.constexpr):
+    rm, rn, rd = kd.arange(0, M), kd.arange(0, N), kd.arange(0, D)
+    q = kd.load(q_ptr + rm[:, None] * D + rd[None, :])
+    k = kd.load(k_ptr + rn[:, None] * D + rd[None, :])
+    v = kd.load(v_ptr + rn[:, None] * D + rd[None, :])
+    s = kd.dot(q, kd.trans(k))
+    p = kd.exp(s - kd.max(s, 1)[:, None])
+    kd.store(o_ptr + rm[:, None] * D + rd[None, :], kd.dot(p / kd.sum(p, 1)[:, None], v))
+
+
+@pytest.mark.parametrize("T", (32, 64))
+def test_row_reductions_of_a_dot_feeding_a_dot(T):
+    """Attention's row max and sum of a score tile (4 lanes per row at T = 64)."""
+    M = N = D = 16
+    types = {n: ptr(float32) for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")}
+    q, k, v = (RNG.standard_normal((M, D)).astype(np.float32) for _ in range(3))
+    o = np.zeros((M, D), np.float32)
+    kern = _run(_fn(attention, types, {"M": M, "N": N, "D": D}), T, WARP_VEC,
+                [q.ravel(), k.ravel(), v.ravel(), o.ravel()])
+    assert shuffles(kern) > 0
+    s = q.astype(np.float64) @ k.T
+    p = np.exp(s - s.max(1, keepdims=True))
+    np.testing.assert_allclose(o, (p / p.sum(1, keepdims=True)) @ v, rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------- the shuffle
 
 
@@ -374,3 +399,52 @@ def test_library_row_kernels_lowered_for_cuda(name, num_warps, n):
     assert bool(vectors) == (n % 16 == 0)
     run_kernel(ck.kernel, (rows,), args)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------- the lowering's tests with warps and shuffles
+
+_LT = __import__("pathlib").Path(__file__).resolve().parent / "test_lower_tiles.py"
+
+
+@pytest.fixture(scope="module")
+def lt():
+    """test_lower_tiles.py with every multi-thread target made a CUDA-like one: 4 threads ->
+    one warp of 32, 8 -> two warps, with warp shuffles and the vector layout."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("kdsl_lt_warp", _LT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lower_, count = mod.lower, []
+
+    def warp_target(backend, threads=1, **kw):
+        if threads == 1:
+            return Target(backend, threads=1)
+        return Target(backend, threads=32 if threads <= 4 else 64, warp_size=32, caps=WARP_VEC)
+
+    def warp_lower(fn, target):
+        k = lower_(fn, target)
+        count.append(shuffles(k))
+        return k
+
+    mod.Target, mod.lower, mod.shuffle_count = warp_target, warp_lower, count
+    return mod
+
+
+LT_CASES = [
+    ("test_reductions", {"kind": "sum", "shape": (4, 8), "axis": 1}),
+    ("test_reductions", {"kind": "argmax", "shape": (16,), "axis": 0}),
+    ("test_reductions", {"kind": "max", "shape": (4, 8), "axis": 0}),
+    ("test_through_the_frontend", {}),
+    ("test_for_loop_carried_accumulator_and_swap", {}),
+    ("test_if_and_while", {}),
+]
+
+
+@pytest.mark.parametrize("name,kw", LT_CASES, ids=[f"{n}{list(k.values())}" for n, k in LT_CASES])
+def test_lowering_kernels_with_warps(lt, name, kw):
+    getattr(lt, name)(**kw)
+
+
+def test_lowering_kernels_with_warps_used_shuffles(lt):
+    lt.test_through_the_frontend()
+    assert sum(lt.shuffle_count) > 0
