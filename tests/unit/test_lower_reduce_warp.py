@@ -199,6 +199,16 @@ def test_whole_tile(T, kind, per_thread):
         _check(kind, out[0], _want(kind, x[:n], 0), dtype, n)
 
 
+def test_three_warps():
+    """A thread count that is not a power of two: the warps' slots are combined in order."""
+    for src, kind in ((full_sum, "sum"), (full_argmax, "argmax")):
+        fn = _fn(src, _types(float32, int32 if kind == "argmax" else float32), {"N": 192})
+        x = _data(float32, 192)
+        out = np.zeros(1, np.int32 if kind == "argmax" else np.float32)
+        assert shuffles(_run(fn, 96, WARP, [x, out, 190])) == 5 * (2 if kind == "argmax" else 1)
+        _check(kind, out[0], _want(kind, x[:190], 0), float32, 190)
+
+
 @pytest.mark.parametrize("T", THREADS)
 def test_whole_tile_shuffles_within_and_across_warps(T):
     """Five steps in each warp, then log2(warps) steps over the warps' slots; two barriers."""
