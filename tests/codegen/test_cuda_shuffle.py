@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kdsl.backends import cuda
 
 import kdsl as kd
-from kdsl.backends import cuda
 from kdsl.ir import loop
 
 ROOT = Path(__file__).resolve().parents[2]

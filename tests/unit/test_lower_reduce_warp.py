@@ -322,7 +322,7 @@ def test_inside_a_loop_the_partials_are_protected():
     another thread reads them (the simulator's race detector)."""
     def k(x_ptr, out_ptr, n, N: kd.constexpr):
         acc = 0.0
-        for i in range(0, n):
+        for i in range(n):
             acc += kd.max(kd.load(x_ptr + i * N + kd.arange(0, N)), axis=0)
         kd.store(out_ptr, acc)
 
