@@ -603,46 +603,82 @@ class CEmitter:
     def _comment(self, s: loop.Comment, pad: str) -> list[str]:
         return [f"{pad}// {line}" for line in s.text.splitlines() or [""]]
 
-    def _vector(self, ptr: loop.Expr, n: int) -> tuple[str, str]:
-        """(vector type, pointer expression as a pointer to it) of an n-element access."""
-        pointee = ptr.dtype.pointee.name
-        if pointee not in self.d.vector_types or n not in (2, 4):
+    def _vector(self, ptr: loop.Expr, n: int) -> tuple[str, list[str], int, int]:
+        """An n-element access as pieces of at most 16 bytes: (vector type, the pointer
+        expression of each piece as a pointer to it, elements per piece, elements per vector
+        lane).  Pieces of 2 or 4 elements use the built-in vector type of the element's bits
+        (float4, ushort4, double2); pieces of 8 or 16 narrow elements (float16, int8) use
+        32-bit words (uint4), `per_lane` elements in each."""
+        pointee = ptr.dtype.pointee
+        size = max(pointee.itemsize, 1)
+        per = min(n, 16 // size)
+        if pointee.name not in self.d.vector_types or n % per or per not in (2, 4, 8, 16):
             raise NotImplementedError(f"{self.d.name}: no vector access of {n} x {pointee}")
-        vt = f"{self.d.vector_types[pointee]}{n}"
+        if per <= 4:
+            vt, per_lane = f"{self.d.vector_types[pointee.name]}{per}", 1
+        else:
+            vt, per_lane = f"{self.d.vector_types['uint32']}{per * size // 4}", 4 // size
         base, idx = self._element(ptr)
-        p = f"{base} + {idx}" if idx != "0" else base
-        return vt, self.d.vector_ptr.format(V=f"{self.d.global_qual}{vt}", p=p)
+        ptrs = []
+        for first in range(0, n, per):
+            at = idx if not first else (str(first) if idx == "0" else f"{idx} + {first}")
+            p = f"{base} + {at}" if at != "0" else base
+            ptrs.append(self.d.vector_ptr.format(V=f"{self.d.global_qual}{vt}", p=p))
+        return vt, ptrs, per, per_lane
 
     _LANES = "xyzw"
 
+    def _lane_bits(self, pointee: DType) -> str:
+        """C type of the bits of one element packed in a 32-bit word (float16 as ushort)."""
+        return "unsigned short" if pointee.name == "float16" else self.mem_type(pointee)
+
     def _vec_load(self, s: loop.VecLoad, pad: str) -> list[str]:
-        vt, vp = self._vector(s.ptr, s.dst.size)
+        vt, ptrs, per, per_lane = self._vector(s.ptr, s.dst.size)
         name = self.names("a", s.dst.name)
-        pointee = s.ptr.dtype.pointee.name
-        lines = [f"{pad}{{ {vt} kd_v = *{vp};"]
-        lane_in = self.d.vector_lane_in.get(pointee, "{c}")
-        if pointee == "bfloat16":
+        pointee = s.ptr.dtype.pointee
+        lane_in = self.d.vector_lane_in.get(pointee.name, "{c}")
+        if pointee.name == "bfloat16":
             self.need("bf16")
-        for j in range(s.dst.size):
-            c = lane_in.format(c=f"kd_v.{self._LANES[j]}")
-            lines.append(f"{pad}  {name}[{j}] = {c};")
-        lines[-1] += " }"
+        bits = 8 * max(pointee.itemsize, 1)
+        lines = []
+        for piece, vp in enumerate(ptrs):
+            lines.append(f"{pad}{{ {vt} kd_v = *{vp};")
+            for j in range(per):
+                lane = f"kd_v.{self._LANES[j // per_lane]}"
+                if per_lane > 1:  # the element's bits in its word
+                    shift = bits * (j % per_lane)
+                    lane = f"(({self._lane_bits(pointee)})({lane} >> {shift}))" if shift else \
+                        f"(({self._lane_bits(pointee)}){lane})"
+                lines.append(f"{pad}  {name}[{piece * per + j}] = {lane_in.format(c=lane)};")
+            lines[-1] += " }"
         if s.mask is None:
             return lines
         return [f"{pad}if ({self.expr(s.mask)}) {{"] + [f"    {x}" for x in lines] + [f"{pad}}}"]
 
     def _vec_store(self, s: loop.VecStore, pad: str) -> list[str]:
-        vt, vp = self._vector(s.ptr, s.src.size)
+        vt, ptrs, per, per_lane = self._vector(s.ptr, s.src.size)
         name = self.names("a", s.src.name)
-        pointee = s.ptr.dtype.pointee.name
-        lines = [f"{pad}{{ {vt} kd_v;"]
-        lane_out = self.d.vector_lane_out.get(pointee, "{x}")
-        if pointee == "bfloat16":
+        pointee = s.ptr.dtype.pointee
+        lane_out = self.d.vector_lane_out.get(pointee.name, "{x}")
+        if pointee.name == "bfloat16":
             self.need("bf16")
-        for j in range(s.src.size):
-            x = lane_out.format(x=f"{name}[{j}]")
-            lines.append(f"{pad}  kd_v.{self._LANES[j]} = {x};")
-        lines.append(f"{pad}  *{vp} = kd_v; }}")
+        bits = 8 * max(pointee.itemsize, 1)
+        unsigned = "unsigned char" if bits == 8 else "unsigned short"
+        word = self.d.types["uint32"]
+        lines = []
+        for piece, vp in enumerate(ptrs):
+            lines.append(f"{pad}{{ {vt} kd_v;")
+            for w in range(per // per_lane):
+                xs = [lane_out.format(x=f"{name}[{piece * per + w * per_lane + j}]")
+                      for j in range(per_lane)]
+                if per_lane == 1:
+                    value = xs[0]
+                else:  # the elements' bits packed into one 32-bit word
+                    value = " | ".join(
+                        f"(({word})({unsigned})({x}) << {bits * j})" if j else
+                        f"(({word})({unsigned})({x}))" for j, x in enumerate(xs))
+                lines.append(f"{pad}  kd_v.{self._LANES[w]} = {value};")
+            lines.append(f"{pad}  *{vp} = kd_v; }}")
         if s.mask is None:
             return lines
         return [f"{pad}if ({self.expr(s.mask)}) {{"] + [f"    {x}" for x in lines] + [f"{pad}}}"]

@@ -75,7 +75,7 @@ def cuda_dialect() -> CDialect:
                   "popc64": "(({T})__popcll((unsigned long long)({x})))"},
         extra={"as_float": "__uint_as_float", "as_uint": "__float_as_uint", "f16_helper": "",
                "options": " ".join(OPTIONS), "options_fast": " ".join(OPTIONS + [FAST_MATH])},
-        intrinsics=MMA_FUNCTIONS,
+        intrinsics={**MMA_FUNCTIONS, **WARP_FUNCTIONS},
         # VecLoad/VecStore (kdsl/lowering/vector.py): float4, int4, ushort4 (16-bit floats
         # as bits), ... whose aligned loads are ld.global.v4 / ld.global.v2
         vector_types=CUDA_VECTOR_TYPES,
@@ -110,6 +110,10 @@ MMA_FUNCTIONS = {
     "mma_sp_m16n8k32_f32_f16": "kd_mma_sp_m16n8k32_f16",
     "mma_sp_m16n8k32_f32_bf16": "kd_mma_sp_m16n8k32_bf16",
 }
+
+
+# Warp shuffles (kdsl/lowering/reduce_warp.py) -> the overloads of cuda.cu.j2's warp_helpers.
+WARP_FUNCTIONS = {"shfl_xor": "kd_shfl_xor"}
 
 
 # ----------------------------------------------------------------------------- toolchain

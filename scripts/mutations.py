@@ -70,6 +70,17 @@ def _lowering_max_is_min() -> None:
     reduce.combine = combine
 
 
+def _warp_butterfly_short() -> None:
+    from kdsl.lowering import reduce_warp
+
+    original = reduce_warp._butterfly
+
+    def butterfly(L, kind, acc, accs, G, out):
+        original(L, kind, acc, accs, G // 2, out)  # the first step (offset G/2) is skipped
+
+    reduce_warp._butterfly = butterfly
+
+
 SEMANTICS = "tests/unit/test_lower_semantics.py"
 MUTATIONS: dict[str, Mutation] = {
     "c-float-sub-is-add": Mutation(
@@ -87,6 +98,9 @@ MUTATIONS: dict[str, Mutation] = {
     "lowering-max-is-min": Mutation(
         "the lowering combines `max` reductions with `minimum`", _lowering_max_is_min,
         (f"{SEMANTICS}::test_reductions_scans_and_broadcasts_cross_threads",)),
+    "warp-butterfly-short": Mutation(
+        "the warp reduction's butterfly skips its first shuffle step", _warp_butterfly_short,
+        ("tests/unit/test_lower_reduce_warp.py::test_whole_tile",)),
 }
 
 

@@ -409,9 +409,10 @@ class Intrinsic(Stmt):
 @dataclass(eq=False)
 class VecLoad(Stmt):
     """`dst[0:n] = ptr[0:n]` (n = `dst.size`, a register array) as ONE access of n consecutive
-    elements.  The emitter of the access (kdsl/lowering/vector.py) proves that `ptr` is
-    aligned to n * itemsize bytes.  With a mask (uniform over the n elements), memory is not
-    touched and `dst` is left unchanged where it is false."""
+    elements (backends split one wider than 16 bytes into 16-byte pieces).  The emitter of
+    the access (kdsl/lowering/vector.py) proves that `ptr` is aligned to min(n * itemsize, 16)
+    bytes.  With a mask (uniform over the n elements), memory is not touched and `dst` is left
+    unchanged where it is false."""
 
     ptr: Expr
     dst: Array

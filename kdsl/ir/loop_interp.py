@@ -281,9 +281,10 @@ class _Program:
 
     @staticmethod
     def aligned(ptr, n: int, pointee: DType):
-        """A vector access of n elements must start at an element offset that is a multiple
-        of n (buffers themselves are taken as aligned, as device allocations are)."""
-        if ptr[1] % (n * _mem_np(pointee).itemsize):
+        """A vector access of n elements must be aligned to its size, or to 16 bytes when it
+        is wider (backends emit it as 16-byte pieces); buffers themselves are taken as
+        aligned, as device allocations are."""
+        if ptr[1] % min(n * _mem_np(pointee).itemsize, 16):
             raise ValueError(f"vector access of {n} elements at byte offset {ptr[1]} of "
                              f"argument {ptr[0]} is not aligned")
         return ptr

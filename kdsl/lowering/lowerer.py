@@ -97,6 +97,7 @@ from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, 
 from .hoist_barriers import hoist_barriers
 from .legalize import legalize
 from .reduce import lower_reduce
+from .reduce_warp import SIMULATIONS as WARP_SIMULATIONS
 from .scan import lower_scan
 from .vector import Vectorizer, element_index
 
@@ -947,9 +948,10 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
     return verify(kernel, target.ops)
 
 
-#: how the Loop IR simulator runs each intrinsic the lowering may emit (dot_mma.py's and
-#: dot_sparse.py's)
-INTRINSIC_SIMULATIONS: dict[str, IntrinsicSim] = {**MMA_SIMULATIONS, **SPARSE_SIMULATIONS}
+#: how the Loop IR simulator runs each intrinsic the lowering may emit (dot_mma.py's,
+#: dot_sparse.py's and reduce_warp.py's)
+INTRINSIC_SIMULATIONS: dict[str, IntrinsicSim] = {**MMA_SIMULATIONS, **SPARSE_SIMULATIONS,
+                                                  **WARP_SIMULATIONS}
 
 
 def _intrinsics_used(stmts: list[Stmt]) -> set[str]:

@@ -5,6 +5,9 @@ reduction of `trans(y)` reads y's storage); output element o, at coordinates c, 
 coordinates `c[:axis] + (r,) + c[axis:]` for r in [0, R).  The output is computed as a member
 of a group of numel O, so it fuses with the element-wise ops that follow.
 
+A target with warp shuffles reduces contiguous rows in registers and across lanes instead
+(reduce_warp.py, tried first); what follows is the generic strategy, every other case.
+
 With T > 1 threads and fewer outputs than threads, a two-phase reduction keeps the threads busy:
 P = the largest power of two with O*P <= T and P <= R; phase 1 gives each of O*P virtual elements
 (one per thread) a partial over r = p, p+P, ...; after a barrier, phase 2 combines each output's
@@ -225,10 +228,14 @@ def lower_reduce(L: LoweringContext, op: tile.Op) -> None:
     O = x.type.numel // R
     # Sums accumulate in the result's register type; extremes stay in the input's.
     acc_ts = [register_type(res.type)] if kind == "sum" else [register_type(v.type) for v in xs]
+    from .reduce_warp import warp_reduce  # (built on this module's combine steps)
+
+    if warp_reduce(L, op, acc_ts):
+        return
     if res.type.is_scalar:
         fused = _fused_partial_sum(L, op, kind, acc_ts[0], R)
         if fused is not None:
-            _bind_scalar(L, op.results, kind, fused)
+            bind_scalar(L, op.results, kind, fused)
             return
     L.close()
     arrs = L.addressable(*[L.view(v)[0] for v in xs])  # reduce(trans(y)) reads y's storage
@@ -256,17 +263,17 @@ def lower_reduce(L: LoweringContext, op: tile.Op) -> None:
         acc = reduce_loop(L, kind, acc_ts, srcs, src_idx, row(ix.c32(0)), ix.c32(0), count, 1,
                           stmts)
         L.emit(*stmts)
-        _bind_scalar(L, op.results, kind, acc)
+        bind_scalar(L, op.results, kind, acc)
         return
     g = L.open_group(O)
     g.ops.add(id(op))
     L.note_addressed(srcs)
     acc = reduce_loop(L, kind, acc_ts, srcs, src_idx, row(g.e), ix.c32(0), count, 1, g.body)
-    for r, value in zip(op.results, _finish(kind, acc, op.results)):
+    for r, value in zip(op.results, finish(kind, acc, op.results)):
         L.bind(r, value, g)
 
 
-def _finish(kind: str, acc: Acc, results: list[tile.Value]) -> list[Expr]:
+def finish(kind: str, acc: Acc, results: list[tile.Value]) -> list[Expr]:
     """The value of each result from the finished accumulator."""
     if kind.startswith("arg"):
         return [acc.idx]
@@ -275,9 +282,9 @@ def _finish(kind: str, acc: Acc, results: list[tile.Value]) -> list[Expr]:
     return list(acc.vals)
 
 
-def _bind_scalar(L: LoweringContext, results: list[tile.Value], kind: str, acc: Acc) -> None:
+def bind_scalar(L: LoweringContext, results: list[tile.Value], kind: str, acc: Acc) -> None:
     """Make the finished accumulator the value of the scalar results."""
-    for res, value in zip(results, _finish(kind, acc, results)):
+    for res, value in zip(results, finish(kind, acc, results)):
         if not any(value is v for v in (*acc.vals, acc.idx)):
             v = L.var(res.name or "red", register_type(res.type))
             L.emit(Assign(v, value))

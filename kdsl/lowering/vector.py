@@ -2,11 +2,15 @@
 
 Layout.  With T threads and width V (`layout_width`), flat element `e` of a tile of N
 elements lives in thread `(e // V) % T`, register slot `(e // (V*T)) * V + e % V`: each thread
-owns runs of V consecutive elements along the fastest dimension.  V is chosen per numel: V =
-`VECTOR_WIDTH` when N is a multiple of V*T, else 1 (the plain `e % T` layout).  A register
-array is only ever read by slot in groups of its own numel, and everything that crosses
-threads (staging, reductions, dot, mma) addresses tiles by flat index, so every numel may use
-its own width.  `element_index(tid, k)` is the ONE map from (thread, slot) to `e`.
+owns runs of V consecutive elements along the fastest dimension.  V is chosen per numel
+(`Vectorizer.width`): the run that makes each thread's accesses 16 bytes wide, i.e.
+`VECTOR_BYTES // itemsize` for the narrowest type among the tile loads and stores of that numel
+that could be vector accesses at that width (8 for float16/bfloat16, 16 for int8, never less
+than `VECTOR_WIDTH` = 4), halved until N is a multiple of V*T, and 1 (the plain `e % T`
+layout) when not even 2 fits.  A register array is only ever read by slot in groups of its own
+numel, and everything that crosses threads (staging, reductions, dot, mma) addresses tiles by
+flat index, so every numel may use its own width.  `element_index(tid, k)` is the ONE map from
+(thread, slot) to `e`.
 
 Axis analysis.  `AxisInfo` describes an integer or pointer tile along its last axis, in the
 manner of Triton's axis analysis restricted to the fastest dimension:
@@ -29,8 +33,11 @@ address for pointers, is a multiple of 16: the runtime specialisation Triton doe
 
 Access.  In a group of width V > 1, a load or store of a tile whose last dim is a multiple of
 V becomes one `VecLoad`/`VecStore` of V elements per thread run when its pointer has contig
->= V and div >= V * itemsize bytes (V * itemsize <= 16), and its mask (if any) is constant
-over runs of V (e.g. `offs < n` with n a multiple of V).  The group then loops over runs:
+>= V and div >= min(V * itemsize, 16) bytes, and its mask (if any) is constant over runs of V
+(e.g. `offs < n` with n a multiple of V).  A run wider than 16 bytes (float32 in a layout of 8
+chosen for a float16 access of the same numel) is emitted as 16-byte pieces, each aligned:
+every global access stays at most 128 bits (`ld.global.v4.b32`).  The group then loops over
+runs:
 
     for kv in range(0, S, V):
         e0 = element_index(tid, kv);  VecLoad(ptr(e0), vec, mask(e0))      # hoisted loads
@@ -55,18 +62,23 @@ from . import index as ix
 from .context import LoweringContext
 from .elementwise import ELEMENTWISE, const, register_type
 
-VECTOR_WIDTH = 4      # elements per thread run (16 bytes of float32)
+VECTOR_WIDTH = 4      # fewest elements per thread run (16 bytes of float32)
 VECTOR_BYTES = 16     # widest global access (ld.global.v4.b32)
+MAX_WIDTH = VECTOR_BYTES  # most elements per run (16 bytes of int8)
 BIG = 1 << 20         # "unbounded" run length or divisor
 MAX_FIXPOINT = 6      # iterations of a loop's carried-value fixpoint before giving up
 
 
-def layout_width(target: Target, n: int) -> int:
-    """V for tiles of n elements on `target` (1: the plain layout)."""
-    T, V = target.threads, VECTOR_WIDTH
-    if target.one_thread_per_program or not target.has("vector_loads") or n % (V * T):
+def layout_width(target: Target, n: int, want: int = VECTOR_WIDTH) -> int:
+    """V for tiles of n elements on `target` (1: the plain layout): the largest power of two
+    V <= `want` with n a multiple of V*T."""
+    T = target.threads
+    if target.one_thread_per_program or not target.has("vector_loads"):
         return 1
-    return V
+    V = want
+    while V > 1 and n % (V * T):
+        V //= 2
+    return max(V, 1)
 
 
 def element_index(tid: Expr, k: Expr, T: int, V: int) -> Expr:
@@ -365,6 +377,7 @@ class Vectorizer:
         self.fn = fn
         self.target = target
         self._axis: AxisAnalysis | None = None
+        self._widths: dict[int, int] = {}  # numel -> V
 
     @property
     def axis(self) -> AxisAnalysis:
@@ -373,28 +386,61 @@ class Vectorizer:
         return self._axis
 
     def width(self, n: int) -> int:
-        return layout_width(self.target, n)
+        """V of the layout of tiles of n elements (see the module docstring)."""
+        w = self._widths.get(n)
+        if w is None:
+            w = self._widths[n] = layout_width(self.target, n, self._want(n))
+        return w
+
+    def _want(self, n: int) -> int:
+        """The run length that makes the accesses of tiles of n elements 16 bytes wide: the
+        widest of those of its loads and stores (at least `VECTOR_WIDTH`)."""
+        if layout_width(self.target, n, 2) == 1:
+            return VECTOR_WIDTH  # no vector layout at all (no need to analyse)
+        want = VECTOR_WIDTH
+        for op in self.fn.walk():
+            if op.kind in ("load", "store") and op.operands[0].type.numel == n \
+                    and not op.operands[0].type.is_scalar:
+                size = self._access_size(op)
+                w = min(MAX_WIDTH, VECTOR_BYTES // size) if size else 0
+                while w > want and not self._fits(op, w, size):
+                    w //= 2
+                want = max(want, w)
+        return want
+
+    @staticmethod
+    def _mask(op: tile.Op) -> tile.Value | None:
+        at = 2 if op.kind == "store" else 1
+        return op.operands[at] if len(op.operands) > at else None
+
+    @staticmethod
+    def _access_size(op: tile.Op) -> int:
+        """Bytes of one element of a vectorisable access (0: never a vector access)."""
+        pointee = op.operands[0].elem.pointee
+        if isinstance(pointee, PointerType) or pointee.is_fp8:  # fp8: codes per element
+            return 0
+        return _itemsize(pointee)
+
+    def _fits(self, op: tile.Op, V: int, size: int) -> bool:
+        """Whether the pointer and mask of `op` allow runs of V elements of `size` bytes."""
+        ptr, mask = op.operands[0], self._mask(op)
+        if ptr.shape[-1] % V:
+            return False
+        info = self.axis.get(ptr)
+        if info.contig < V or info.div < min(V * size, VECTOR_BYTES):
+            return False
+        return mask is None or self.axis.get(mask).const >= V
 
     def plan(self, L: LoweringContext, op: tile.Op) -> bool:
         """Whether `op` (a tile load or store, joining the open group) can be one vector access
         per run (see the module docstring)."""
         g = L.group
         V = g.width
-        ptr = op.operands[0]
-        mask = op.operands[2 if op.kind == "store" else 1] if len(op.operands) > (
-            2 if op.kind == "store" else 1) else None
-        pointee = ptr.elem.pointee
-        if V == 1 or isinstance(pointee, PointerType) or ptr.shape[-1] % V:
+        ptr, mask = op.operands[0], self._mask(op)
+        size = self._access_size(op)
+        if V == 1 or not size or (op.kind == "load" and g.effects):
             return False
-        if pointee.is_fp8:  # codes converted per element (fp8.py)
-            return False
-        size = _itemsize(pointee)
-        if V * size > VECTOR_BYTES or (op.kind == "load" and g.effects):
-            return False
-        info = self.axis.get(ptr)
-        if info.contig < V or info.div < V * size:
-            return False
-        if mask is not None and self.axis.get(mask).const < V:
+        if not self._fits(op, V, size):
             return False
         z = ix.c32(0)  # any run: only whether the values can be computed there matters
         return self._at_run(L, ptr, z, z) is not None and (

@@ -153,14 +153,105 @@ def test_unhinted_mask_or_pointer_falls_back():
 @needs_compiler
 def test_runtime_alignment_attribute_and_float16():
     """`CompileOptions.multiple_of_16` (what a runtime specialisation on `ptr % 16 == 0` sets)
-    enables vector access with no hint in the kernel; float16 uses 8-byte accesses."""
+    enables vector access with no hint in the kernel; float16 uses 16-byte accesses (runs of
+    8 elements, as 32-bit words)."""
     fn, ir = build_tile(add_plain, _arg_types(add_plain, (f16, f16, f16, 4)),
                         {"BLOCK": 1024}, 4)
     fn.options = CompileOptions(num_warps=4, multiple_of_16=("x_ptr", "y_ptr", "out_ptr", "n"))
     ck = finish_kernel(fn, ir, "cuda", 4)
     assert _vec_count(ck.kernel) == (2, 1)
     ops = _global_accesses(cuda.compile_ptx(ck.source, "sm_90"))
-    assert ops and all(".v" in op for op in ops), ops
+    assert ops and all(_is_16_bytes(op) for op in ops), ops
+
+
+def _is_16_bytes(op: str) -> bool:
+    """A PTX global access of 128 bits (`ld.global.v4.u32`, `st.global.v2.f64`)."""
+    parts = op.split(".")
+    return ("v4" in parts and parts[-1][1:] == "32") or ("v2" in parts and parts[-1][1:] == "64")
+
+
+@kd.jit
+def copy_masked(x_ptr, out_ptr, n, BLOCK: kd.constexpr):
+    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
+    m = offs < n
+    kd.store(out_ptr + offs, kd.load(x_ptr + offs, mask=m), mask=m)
+
+
+@kd.jit
+def widen_masked(x_ptr, out_ptr, n, BLOCK: kd.constexpr):
+    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
+    m = offs < n
+    kd.store(out_ptr + offs, kd.load(x_ptr + offs, mask=m).to(kd.float32), mask=m)
+
+
+DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32",
+          "int64", "bool"]
+
+
+def _array(dtype: str, n: int):
+    """(what the kernel is given, the bits the simulator reads) for an aligned array."""
+    if dtype == "bfloat16":
+        bits = RNG.integers(0, 0x7F00, n).astype(np.uint16)
+        return kd.bfloat16_view(bits), bits
+    a = (RNG.standard_normal(n) * 50).astype(dtype)
+    return a, a
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_dtype_gets_16_byte_runs(dtype):
+    """A run is 16 bytes of the narrowest type the tile's accesses move: 8 x float16, 16 x
+    int8, 4 x float32, 2 x float64 (in a layout of at least 4: two pieces)."""
+    n = 2048
+    x, _ = _array(dtype, n)
+    out, _ = _array(dtype, n)
+    ck = copy_masked.compile(x, out, n, BLOCK=n, backend="cuda", num_warps=4)
+    itemsize = np.dtype(np.uint16 if dtype == "bfloat16" else dtype).itemsize
+    want = max(16 // itemsize, 4)
+    sizes = [s.dst.size if isinstance(s, loop.VecLoad) else s.src.size
+             for s in _walk(ck.kernel.body) if isinstance(s, (loop.VecLoad, loop.VecStore))]
+    assert sizes == [want, want], sizes
+    if cuda.compiler_available():
+        for arch in ARCHS:
+            ops = _global_accesses(cuda.compile_ptx(ck.source, arch))
+            assert ops and all(_is_16_bytes(op) for op in ops), (arch, ops)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8", "bool", "float64"])
+def test_16_byte_runs_on_the_simulator(dtype):
+    """The packed words (8 halves, 16 bytes) and the pieces (two double2) move the right
+    elements: a masked copy through the simulator, which checks every vector access's
+    alignment (16 bytes) and bounds."""
+    n, live = 1024, 1008  # a multiple of 16: the mask is constant over runs
+    x, xb = _array(dtype, n)
+    out, ob = _array(dtype, n)
+    ob[:] = 0
+    ck = copy_masked.compile(x, out, live, BLOCK=512, backend="cuda", num_warps=1)
+    assert _vec_count(ck.kernel) == (1, 1)
+    run_kernel(ck.kernel, (2,), [xb, ob, live])
+    np.testing.assert_array_equal(ob[:live], xb[:live])
+    assert not ob[live:].any()
+
+
+@needs_compiler
+def test_float32_runs_of_8_are_two_16_byte_pieces():
+    """float16 in, float32 out: the layout of 8 that makes the load 16 bytes makes the store
+    two 16-byte pieces; the simulator checks the values."""
+    n = 1024
+    x = RNG.standard_normal(n).astype(np.float16)
+    out = np.zeros(n, np.float32)
+    ck = widen_masked.compile(x, out, n - 16, BLOCK=512, backend="cuda", num_warps=2)
+    ops = _global_accesses(cuda.compile_ptx(ck.source, "sm_90"))
+    assert sorted(ops) == ["ld.global.v4.u32", "st.global.v4.f32", "st.global.v4.f32"], ops
+    run_kernel(ck.kernel, (2,), [x, out, n - 16])
+    np.testing.assert_array_equal(out[:n - 16], x[:n - 16].astype(np.float32))
+    assert not out[n - 16:].any()
+
+
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        for attr in ("body", "then", "orelse", "cond_body"):
+            yield from _walk(getattr(s, attr, []) or [])
 
 
 def _arg_types(kernel, args):

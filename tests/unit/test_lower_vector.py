@@ -38,7 +38,10 @@ def test_element_index_is_the_documented_bijection(T, V):
 
 def test_layout_width_needs_the_capability_and_whole_runs():
     assert lv.layout_width(Target("gpu", threads=128, caps=VEC), 1024) == 4
-    assert lv.layout_width(Target("gpu", threads=128, caps=VEC), 256) == 1  # 256 % 512
+    assert lv.layout_width(Target("gpu", threads=128, caps=VEC), 256) == 2  # 256 % 512
+    assert lv.layout_width(Target("gpu", threads=128, caps=VEC), 192) == 1  # 192 % 256
+    assert lv.layout_width(Target("gpu", threads=128, caps=VEC), 2048, 8) == 8
+    assert lv.layout_width(Target("gpu", threads=128, caps=VEC), 512, 8) == 4
     assert lv.layout_width(Target("gpu", threads=128), 1024) == 1
     assert lv.layout_width(Target("cpu", threads=1, caps=VEC), 1024) == 1
 
