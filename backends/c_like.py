@@ -251,6 +251,7 @@ class CEmitter:
             loop.While: self._while, loop.If: self._if, loop.Barrier: self._barrier,
             loop.Comment: self._comment, loop.Intrinsic: self._intrinsic,
             loop.VecLoad: self._vec_load, loop.VecStore: self._vec_store,
+            loop.AsyncCopy: self._async_copy, loop.AsyncWait: self._async_wait,
         }
 
     # -- types
@@ -655,6 +656,16 @@ class CEmitter:
             return lines
         return [f"{pad}if ({self.expr(s.mask)}) {{"] + [f"    {x}" for x in lines] + [f"{pad}}}"]
 
+    def _async_copy(self, s: loop.AsyncCopy, pad: str) -> list[str]:
+        self.need("async_copy")
+        dst = f"(&{self.names('a', s.dst.name)}[{self.expr(s.index)}])"
+        pred = self.expr(s.mask) if s.mask is not None else "true"
+        return [f"{pad}kd_cp_async16({dst}, {self.expr(s.ptr)}, {pred});"]
+
+    def _async_wait(self, s: loop.AsyncWait, pad: str) -> list[str]:
+        self.need("async_copy")
+        return [f"{pad}kd_cp_async_wait();"]
+
     def _vec_store(self, s: loop.VecStore, pad: str) -> list[str]:
         vt, ptrs, per, per_lane = self._vector(s.ptr, s.src.size)
         name = self.names("a", s.src.name)
@@ -751,7 +762,8 @@ class CEmitter:
 
     def _helper_records(self) -> list[dict[str, str]]:
         """Helper definitions the template renders, in a stable order."""
-        order = ["bf16", "f16", "sigmoid", "abs", "div", "mod", "max", "min", "fmax", "fmin"]
+        order = ["bf16", "f16", "sigmoid", "abs", "div", "mod", "max", "min", "fmax", "fmin",
+                 "async_copy"]
         records = []
         for kind in order:
             for tname in sorted(self.helpers.get(kind, ())):

@@ -105,7 +105,7 @@ MMA_FUNCTIONS = {
     "mma_m16n8k16_f32_f16_bits": "kd_mma_m16n8k16_f16_bits",
     "mma_m16n8k16_f32_bf16_bits": "kd_mma_m16n8k16_bf16_bits",
     # warp-collective loads of four 8x8 16-bit matrices from shared memory (dot_mma.py)
-    "ldmatrix_x4": "kd_ldmatrix_x4",
+    "ldmatrix_x4": "kd_ldmatrix_x4", "ldmatrix_x4_trans": "kd_ldmatrix_x4_trans",
     # sparse (kdsl/lowering/dot_sparse.py)
     "mma_sp_m16n8k32_f32_f16": "kd_mma_sp_m16n8k32_f16",
     "mma_sp_m16n8k32_f32_bf16": "kd_mma_sp_m16n8k32_bf16",
@@ -401,7 +401,7 @@ class CUDABackend(Backend):
     array_name = "CuPy"
     dlpack_devices = (2, 13)  # kDLCUDA, kDLCUDAManaged
     caps = frozenset({"fp64", "native_fp16", "warp_shuffle", "tensor_cores", "vector_loads",
-                      "bessel", "shared_16bit", "ldmatrix"})
+                      "bessel", "shared_16bit", "ldmatrix", "cp_async"})
     ops = C_OPS
 
     def device_kind(self) -> str:
@@ -420,8 +420,8 @@ class CUDABackend(Backend):
 
     def target(self, num_warps: int) -> Target:
         caps = self.caps
-        if _sm(self.arch()) < 80:  # mma.sync m16n8k16 (f16, bf16), m16n8k8 tf32: sm_80+
-            caps = caps - {"tensor_cores"}
+        if _sm(self.arch()) < 80:  # mma.sync m16n8k16 (f16, bf16), m16n8k8 tf32, cp.async
+            caps = caps - {"tensor_cores", "cp_async"}
         shared = (device_shared_limit() if self.is_available() else None) or shared_limit(
             self.arch())
         return Target("cuda", threads=num_warps * 32, warp_size=32, shared_bytes=shared,

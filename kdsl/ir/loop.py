@@ -25,6 +25,7 @@ backend turns variables into allocas that mem2reg promotes):
     If(cond, then, orelse)        Barrier()                     Comment(text)
     Intrinsic(name, args, results)
     VecLoad(ptr, dst, mask)       VecStore(ptr, src, mask)
+    AsyncCopy(dst, index, ptr, n, mask)                         AsyncWait()
 
 Types: every expression has a `DType` or `PointerType`.  float16/bfloat16 never appear as the
 type of a variable or expression: values of those types are held in float32 (`compute_dtype`)
@@ -431,6 +432,26 @@ class VecStore(Stmt):
     loc: Loc | None = None
 
 
+@dataclass(eq=False)
+class AsyncCopy(Stmt):
+    """`dst[index : index + n] = ptr[0:n]` (n elements, 16 bytes) issued asynchronously from
+    global to shared memory, the elements' bits copied as they are; where `mask` is false the
+    destination is filled with zeros and nothing is read.  The copy lands at the thread's next
+    `AsyncWait`, which must come before any thread reads the destination (CUDA `cp.async`)."""
+
+    dst: Array
+    index: Expr
+    ptr: Expr
+    n: int
+    mask: Expr | None = None
+    loc: Loc | None = None
+
+
+@dataclass(eq=False)
+class AsyncWait(Stmt):
+    """Wait for this thread's `AsyncCopy`s (then a barrier publishes them to the others)."""
+
+
 @dataclass(frozen=True)
 class IntrinsicSim:
     """How the simulator runs an `Intrinsic`.  Per thread: `fn(args) -> results`.  With
@@ -584,6 +605,12 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
             case VecStore(ptr=p, src=a, mask=m):
                 cond = f" if {format_expr(m)}" if m is not None else ""
                 out.append(f"{pad}vstore({format_expr(p)}, {a.name}[0:{a.size}]){cond}")
+            case AsyncCopy(dst=a, index=i, ptr=p, n=n, mask=m):
+                cond = f" if {format_expr(m)} else zeros" if m is not None else ""
+                out.append(f"{pad}{a.name}[{format_expr(i)}:+{n}] = async_copy("
+                           f"{format_expr(p)}){cond}")
+            case AsyncWait():
+                out.append(f"{pad}async_wait()")
             case Intrinsic(name=n, args=a, results=r):
                 lhs = ", ".join(v.name for v in r)
                 args = ", ".join(format_expr(x) for x in a)

@@ -215,12 +215,14 @@ class _SharedAccesses:
 
 
 class _Thread:
-    __slots__ = ("regs", "tid", "vars")
+    __slots__ = ("pending", "regs", "tid", "vars")
 
     def __init__(self, tid: int):
         self.tid = tid
         self.vars: dict[str, Any] = {}
         self.regs: dict[str, np.ndarray] = {}
+        # `AsyncCopy`s issued and not yet waited for: (array, first index, values)
+        self.pending: list[tuple[L.Array, int, list]] = []
 
 
 class _Program:
@@ -358,6 +360,28 @@ class _Program:
                         for j in range(a.size):
                             self.store((ptr[0], ptr[1] + j * step), pointee,
                                        _typed(arr[j], a.dtype))
+                case L.AsyncCopy(dst=a, index=i, ptr=p, n=n, mask=m):
+                    idx = int(self.ev(i, th))
+                    if not 0 <= idx <= a.size - n:
+                        raise IndexError(f"async copy into {a.name}[{idx}:{idx + n}] out of "
+                                         f"bounds (size {a.size})")
+                    if m is None or self.ev(m, th):
+                        pointee = p.dtype.pointee
+                        ptr = self.aligned(self.ev(p, th), n, pointee)
+                        step = _mem_np(pointee).itemsize
+                        vals = [self.load((ptr[0], ptr[1] + j * step), pointee)
+                                for j in range(n)]
+                    else:
+                        vals = [0] * n
+                    th.pending.append((a, idx, vals))  # lands at the next AsyncWait
+                case L.AsyncWait():
+                    for a, idx, vals in th.pending:
+                        arr = self.array(a, th)
+                        for j, v in enumerate(vals):
+                            if self.races is not None:
+                                self.races.write(a.name, idx + j, th.tid)
+                            arr[idx + j] = v
+                    th.pending.clear()
                 case L.Intrinsic(name=n, args=a, results=r):
                     sim = self.intrinsic(n)
                     vals = [self.ev(x, th) for x in a]

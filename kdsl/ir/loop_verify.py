@@ -370,6 +370,21 @@ class _Verifier:
         for r in s.results:
             self.var(r, None)
 
+    def _async_copy(self, s: L.AsyncCopy) -> None:
+        t = self._pointer(s.ptr)
+        a = self.array(s.dst, None)
+        if a.space != "shared" or a.dtype != t.pointee:
+            self.fail(f"async copy of {s.ptr.dtype} into {a.space} {a.dtype} array {a.name} "
+                      "(a shared array of the pointee type)")
+        if s.n * a.dtype.itemsize != 16:
+            self.fail(f"async copy of {s.n} x {a.dtype} (16 bytes only)")
+        self.want(s.index, _is_int, "an array index must be an integer", s.index)
+        if s.mask is not None:
+            self.cond(s.mask, "an async copy's mask")
+
+    def _async_wait(self, s: L.AsyncWait) -> None:
+        pass
+
     def _vector(self, s: L.VecLoad | L.VecStore) -> None:
         self._pointer(s.ptr)
         a = self.array(s.dst if isinstance(s, L.VecLoad) else s.src, None)
@@ -396,6 +411,7 @@ _STMT = {
     L.If: _Verifier._if, L.Barrier: _Verifier._nothing, L.Comment: _Verifier._comment,
     L.Intrinsic: _Verifier._intrinsic, L.VecLoad: _Verifier._vector,
     L.VecStore: _Verifier._vector,
+    L.AsyncCopy: _Verifier._async_copy, L.AsyncWait: _Verifier._async_wait,
 }
 
 

@@ -148,11 +148,12 @@ class LoweringContext(Protocol):
         not addressable, staged together between one pair of barriers)."""
 
     def stage(self, values: list[tile.Value], positions: list[Callable[[Expr], Expr]],
-              dtypes: list[Type], sizes: list[int], reader: tile.Op | None = None
-              ) -> list[Array]:
+              dtypes: list[Type], sizes: list[int], reader: tile.Op | None = None,
+              rows: list[int] | None = None) -> list[Array]:
         """Shared copies of tiles in layouts of their own (element e of values[i] at
         positions[i](e)), written in a new epoch between one pair of barriers (by the open
-        group itself where it computes them all; `reader` then joins the group)."""
+        group itself where it computes them all; `reader` then joins the group, and 16-byte
+        vector loads whose positions run on for rows[i] elements become async copies)."""
 
     def note_addressed(self, arrays: list[Array]) -> None:
         """Record that the open group reads `arrays` at other slots than its own."""

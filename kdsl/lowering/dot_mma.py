@@ -15,13 +15,16 @@ shared memory) uses the fallback strategy (the generic one), so fp32 stays exact
 
 Data movement (`plan` -> `MmaPlan`; every step a plain Loop IR statement):
 1. a and b get shared copies.  With 16-bit inputs on a target with 16-bit shared arrays
-   ("shared_16bit") both are copied K-major in their own type, rows padded by `PAD16` elements
-   (`_k_major`: a as [M][K + 8], b as [N][K + 8]; a transposed operand is copied from its
-   source's storage), written by the group that loads them where it can (`Lowerer.stage`), and
-   the fragments are loaded with `ldmatrix.x4` (one per A tile, one per two B tiles: the
-   n-major copy's rows are B's columns; capability "ldmatrix"), else each fragment register is
-   one 32-bit `PairBits` read of two consecutive k; either way they are passed as is to the
-   packed form of the instruction (`MmaKind.bits`).  Otherwise the lowering's float32
+   ("shared_16bit") each is copied in its own type from its view's base (itself, or the
+   source of a transpose) in the base's row-major order, rows padded by `PAD16` elements
+   (`Copy16`: a [M][K] as [M][K + 8], b [K][N] as [K][N + 8], b = trans(x [N][K]) as
+   [N][K + 8]), written by the group that loads them where it can (`Lowerer.stage`; 16-byte
+   vector loads become `cp.async` copies straight to shared memory, "cp_async"); the
+   fragments are loaded with `ldmatrix.x4` (one per A tile, one per two B tiles; `.trans`
+   where K runs down the copy's columns; capability "ldmatrix"), else from copies with K
+   along the rows (a base with K down its columns copied transposed) each fragment register
+   is one 32-bit `PairBits` read of two consecutive k; either way they go as is to the packed
+   form of the instruction (`MmaKind.bits`).  Otherwise the lowering's float32
    copies by flat index (`Lowerer.addressable`), read element by element.
 2. the M rows are cut into passes so that a thread holds at most `MAX_ACC_REGS` accumulators;
    in a pass the warps form a wm x wn grid, warp (wi, wj) owning a pm x pn block of 16x8
@@ -224,18 +227,21 @@ def mma_bits_reference(kind: MmaKind, fmt: str, lanes: list[list]) -> list[list]
     return mma_reference(kind, flat)
 
 
-def ldmatrix_reference(lanes: list[list]) -> list[list]:
+def ldmatrix_reference(lanes: list[list], trans: bool = False) -> list[list]:
     """One warp's `ldmatrix.m8n8.x4.b16`: lane l's argument is the row it addresses (row l % 8
     of matrix l / 8, as eight 16-bit codes); lane l receives, of each matrix j, row l / 4's
-    elements 2 (l % 4) and 2 (l % 4) + 1 packed in register j (PTX ISA, "ldmatrix")."""
+    elements 2 (l % 4) and 2 (l % 4) + 1 packed in register j, or with `.trans` column
+    l / 4's elements of rows 2 (l % 4) and 2 (l % 4) + 1 (PTX ISA, "ldmatrix")."""
     rows = [args[0] for args in lanes]
     if len(rows) != 32:
         raise AssertionError("ldmatrix: a warp of 32 lanes")
     out = []
     for lane in range(32):
-        c = 2 * (lane % 4)
-        out.append([rows[8 * j + lane // 4][c] | rows[8 * j + lane // 4][c + 1] << 16
-                    for j in range(4)])
+        r, c = lane // 4, 2 * (lane % 4)
+        if trans:
+            out.append([rows[8 * j + c][r] | rows[8 * j + c + 1][r] << 16 for j in range(4)])
+        else:
+            out.append([rows[8 * j + r][c] | rows[8 * j + r][c + 1] << 16 for j in range(4)])
     return out
 
 
@@ -247,6 +253,10 @@ SIMULATIONS.update({
     for fmt, kind in MMA_KINDS.items() if kind.bits
 })
 SIMULATIONS["ldmatrix_x4"] = IntrinsicSim(ldmatrix_reference, warp=True)
+SIMULATIONS["ldmatrix_x4_trans"] = IntrinsicSim(partial(ldmatrix_reference, trans=True),
+                                                warp=True)
+#: ldmatrix intrinsic by whether the matrices are transposed on the way
+_LDMATRIX = {False: "ldmatrix_x4", True: "ldmatrix_x4_trans"}
 
 
 # ---------------------------------------------------------------------------- strategy
@@ -342,32 +352,57 @@ UNROLL_K_STEPS = 8
 PAD16 = 8
 
 
-def _k_major(L: LoweringContext, v: tile.Value, k_dim: int, stride: int
-             ) -> tuple[tile.Value, Callable[[Expr], Expr]] | None:
-    """(base, position): how to copy operand `v` (2-D, its K dim `k_dim`) K-major with rows of
-    `stride` elements from the storage of its view's base: base element e goes to
-    position(e) = (other coordinate) * stride + k.  None unless the base is `v` itself or
-    the source of `trans(v)` (other views keep the flat copies)."""
+@dataclass(frozen=True)
+class Copy16:
+    """A 16-bit shared copy of a dot operand's view base, with rows of `stride` elements
+    (the copy's row length + PAD16): the base in its own row-major order, or its transpose
+    (`transposed`, so that K runs along the rows where ldmatrix cannot transpose).
+    `k_inner`: the operand's K runs along the copy's rows (consecutive k adjacent)."""
+
+    base: tile.Value
+    stride: int
+    k_inner: bool
+    transposed: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.base.shape[1 if self.transposed else 0] * self.stride
+
+    @property
+    def run(self) -> int:
+        """Elements of the base that are consecutive in the copy too (0: none)."""
+        return 0 if self.transposed else self.base.shape[1]
+
+    def position(self, e: Expr) -> Expr:
+        r, c = ix.unflatten(e, self.base.shape)
+        if self.transposed:
+            r, c = c, r
+        return ix.add(ix.mul(r, self.stride), c)
+
+    def at(self, k: Expr, other: Expr) -> Expr:
+        """Index of the operand element at (k, other coordinate)."""
+        r, c = (other, k) if self.k_inner else (k, other)
+        return ix.add(ix.mul(r, self.stride), c)
+
+
+def _copy16(L: LoweringContext, v: tile.Value, k_dim: int, ldmatrix: bool) -> Copy16 | None:
+    """The 16-bit copy of operand `v` (2-D, its K dim `k_dim`), copied from its view's base:
+    `v` itself or the source of `trans(v)`; None for other views (they keep flat copies).
+    Without ldmatrix, a base whose K runs down its columns is copied transposed."""
     base, _ = L.view(v)
     c = L.canon(v)
     if base.type.elem != v.type.elem or len(v.shape) != 2:
         return None
     if base is c and base.shape == v.shape:
-        order = (0, 1)  # base coordinates are v's
+        k_base = k_dim  # base coordinates are v's
     elif (isinstance(c.owner, tile.Op) and c.owner.kind == "trans"
           and L.canon(c.owner.operands[0]) is base and base.shape == v.shape[::-1]):
-        order = (1, 0)  # base coordinates are v's reversed
+        k_base = 1 - k_dim  # base coordinates are v's reversed
     else:
         return None
-    shape = base.shape
-
-    def position(e: Expr) -> Expr:
-        coords = ix.unflatten(e, shape)
-        logical = [coords[order[0]], coords[order[1]]]
-        k, other = logical[k_dim], logical[1 - k_dim]
-        return ix.add(ix.mul(other, stride), k)
-
-    return base, position
+    if k_base == 1 or ldmatrix:
+        return Copy16(base, base.shape[1] + PAD16, k_base == 1)
+    return Copy16(base, base.shape[0] + PAD16, True, transposed=True)
 
 
 class _MmaDot:
@@ -387,13 +422,14 @@ class _MmaDot:
         self.acc = [[[L.var(f"d{i}_{j}_{x}", t) for x in range(4)] for j in range(p.pn)]
                     for i in range(p.pm)]
         self.active = p.wm * p.wn < L.T // 32  # idle warps skip the warp-collective part
-        # 16-bit K-major copies of a and b ((base value, position of its element e) each)
-        self.packed = None
+        # 16-bit copies of a and b with padded rows (`Copy16`); fragments through ldmatrix
+        # (`.trans` where K runs down a copy's columns), else PairBits (K along the rows)
+        self.packed: tuple[Copy16, Copy16] | None = None
+        self.ldmatrix = L.target.has("ldmatrix") and p.pn % 2 == 0
         if kind.bits and L.target.has("shared_16bit"):
-            S = self.K + PAD16
-            la, lb = _k_major(L, a, 1, S), _k_major(L, b, 0, S)
-            if la is not None and lb is not None:
-                self.packed = (la, lb)
+            ca, cb = _copy16(L, a, 1, self.ldmatrix), _copy16(L, b, 0, self.ldmatrix)
+            if ca is not None and cb is not None:
+                self.packed = (ca, cb)
         self.abits: list[list[Var]] | None = None
         self.bbits: list[list[Var]] | None = None
         if self.packed is None:
@@ -471,9 +507,12 @@ class _MmaDot:
         return body
 
     def _packed_step(self, A: Array, B: Array, pass_row: int, k0: Expr) -> list[Stmt]:
-        """One K step on 16-bit copies (`_k_major` layouts): each fragment register is one
-        `PairBits` read (two consecutive k of one row of A, of one column of B)."""
-        p, kind, S = self.p, self.p.kind, self.K + PAD16
+        """One K step on the 16-bit copies: one `ldmatrix.x4` per A tile (its four 8x8
+        quarters are A0..A3) and per two B tiles (B0, B1 of each), lane l addressing row l % 8
+        of matrix l / 8 (`.trans` where K runs down the copy's columns); else each fragment
+        register is one `PairBits` read of two consecutive k."""
+        p, kind = self.p, self.p.kind
+        ca, cb = self.packed
         grp, tig = self.grp, self.tig
         if self.abits is None:
             L = self.L
@@ -482,31 +521,38 @@ class _MmaDot:
             self.bbits = [[L.var(f"bp{j}_{x}", uint32) for x in range(len(kind.b.elems) // 2)]
                           for j in range(p.pn)]
         body: list[Stmt] = []
-        if self.L.target.has("ldmatrix") and p.pn % 2 == 0:
-            # One ldmatrix.x4 per A tile (its four 8x8 quarters are A0..A3) and per two B
-            # tiles (B0, B1 of each: the n-major copy's rows are B's columns).  Lane l
-            # addresses row l % 8 of matrix l / 8.
+        if self.ldmatrix:
             li, lm = ix.mod(self.lane, 8), ix.div(self.lane, 8)
+            hi, lo = ix.mul(ix.div(lm, 2), 8), ix.mul(ix.mod(lm, 2), 8)
             for i in range(p.pm):
-                r = ix.add(ix.add(self.tile_row(pass_row, i), ix.mul(ix.mod(lm, 2), 8)), li)
-                kk = ix.add(k0, ix.mul(ix.div(lm, 2), 8))
-                body.append(Intrinsic("ldmatrix_x4", [SharedRow(A, ix.add(ix.mul(r, S), kk))],
+                # matrix j: rows +8 for j odd, k +8 for j >= 2 (A0: rows 0-7, k 0-7; A1: rows
+                # 8-15; A2: k 8-15; A3: both)
+                r0 = self.tile_row(pass_row, i)
+                if ca.k_inner:  # the lane's row is an operand row
+                    at = ca.at(ix.add(k0, hi), ix.add(ix.add(r0, lo), li))
+                else:  # the lane's row is a k row
+                    at = ca.at(ix.add(ix.add(k0, hi), li), ix.add(r0, lo))
+                body.append(Intrinsic(_LDMATRIX[not ca.k_inner], [SharedRow(A, at)],
                                       self.abits[i]))
             for q in range(p.pn // 2):
-                n = ix.add(ix.add(self.col(2 * q), ix.mul(ix.div(lm, 2), 8)), li)
-                kk = ix.add(k0, ix.mul(ix.mod(lm, 2), 8))
-                body.append(Intrinsic("ldmatrix_x4", [SharedRow(B, ix.add(ix.mul(n, S), kk))],
+                # matrix j: k +8 for j odd, the second tile (n +8) for j >= 2
+                c0 = self.col(2 * q)
+                if cb.k_inner:
+                    at = cb.at(ix.add(k0, lo), ix.add(ix.add(c0, hi), li))
+                else:
+                    at = cb.at(ix.add(ix.add(k0, lo), li), ix.add(c0, hi))
+                body.append(Intrinsic(_LDMATRIX[not cb.k_inner], [SharedRow(B, at)],
                                       self.bbits[2 * q] + self.bbits[2 * q + 1]))
         else:
             for i in range(p.pm):
                 for x, v in enumerate(self.abits[i]):
                     r, kk = _frag_at(kind.a.elems[2 * x], grp, tig, self.tile_row(pass_row, i),
                                      k0)
-                    body.append(Assign(v, PairBits(A, ix.add(ix.mul(r, S), kk))))
+                    body.append(Assign(v, PairBits(A, ca.at(kk, r))))
             for j in range(p.pn):
                 for x, v in enumerate(self.bbits[j]):
                     kk, cc = _frag_at(kind.b.elems[2 * x], grp, tig, k0, self.col(j))
-                    body.append(Assign(v, PairBits(B, ix.add(ix.mul(cc, S), kk))))
+                    body.append(Assign(v, PairBits(B, cb.at(kk, cc))))
         for i in range(p.pm):
             for j in range(p.pn):
                 body.append(Intrinsic(kind.bits, self.abits[i] + self.bbits[j] + self.acc[i][j],
@@ -520,10 +566,10 @@ class _MmaDot:
         L = self.L
         a, b, _ = self.op.operands
         if self.packed:
-            S = self.K + PAD16
-            (ab, apos), (bb, bpos) = self.packed
-            return L.stage([ab, bb], [apos, bpos], [a.type.elem, b.type.elem],
-                           [self.M * S, self.N * S], reader=self.op)
+            ca, cb = self.packed
+            return L.stage([ca.base, cb.base], [ca.position, cb.position],
+                           [a.type.elem, b.type.elem], [ca.size, cb.size], reader=self.op,
+                           rows=[ca.run, cb.run])
         L.close()
         return L.addressable(L.view(a)[0], L.view(b)[0])
 

@@ -57,6 +57,8 @@ from kdsl.ir.loop import (
     Array,
     ArrayStore,
     Assign,
+    AsyncCopy,
+    AsyncWait,
     AtomicCAS,
     AtomicRMW,
     Barrier,
@@ -535,8 +537,8 @@ class Lowerer:
         return [self.staged[v.id] for v in values]
 
     def stage(self, values: list[tile.Value], positions: list[Callable[[Expr], Expr]],
-              dtypes: list[Type], sizes: list[int], reader: tile.Op | None = None
-              ) -> list[Array]:
+              dtypes: list[Type], sizes: list[int], reader: tile.Op | None = None,
+              rows: list[int] | None = None) -> list[Array]:
         """Shared copies of tiles in layouts of their own: element e of values[i] at
         positions[i](e) of a fresh array of sizes[i] elements of dtypes[i] (a 16-bit type is
         stored converted), all written in a new epoch between one pair of barriers.
@@ -545,7 +547,11 @@ class Lowerer:
         copies are written by that group itself, after a barrier placed before its loop: the
         values then need no register array (`reader`, the op reading the copies, counts as a
         member of the group).  Not when the group reads shared memory: an array of an older
-        epoch it reads may be the memory the copies reuse."""
+        epoch it reads may be the memory the copies reuse.  There, a value that is a 16-byte
+        vector load read by nothing but `reader`, zero where masked, whose positions run on
+        for `rows[i]` elements (a multiple of the run), is copied straight from global to
+        shared memory (`AsyncCopy`, on a target with "cp_async") instead of through
+        registers."""
         g = self.group
         vals = [self.canon(v) for v in values]
         if (g is not None and self.target.needs_barriers and reader is not None
@@ -554,12 +560,18 @@ class Lowerer:
             self.new_epoch()
             self.barrier()  # before the group's loop: earlier readers of shared memory are done
             out = []
-            for v, pos, t, n in zip(vals, positions, dtypes, sizes):
+            waits = False
+            for j, (v, pos, t, n) in enumerate(zip(vals, positions, dtypes, sizes)):
                 sh = self.shared((v.name or "s") + "_sh", t, n)
-                g.body.append(ArrayStore(sh, pos(g.e), self.cur[v.id]))
+                copy = self._async_copy(v, sh, pos, rows[j] if rows else 0, reader)
+                if copy is None:
+                    g.body.append(ArrayStore(sh, pos(g.e), self.cur[v.id]))
+                waits = waits or copy is not None
                 out.append(sh)
             g.ops.add(id(reader))
             self.close()
+            if waits:
+                self.emit(AsyncWait())
             self.barrier()
             return out
         self.close()
@@ -575,6 +587,22 @@ class Lowerer:
             out.append(sh)
         self.barrier()
         return out
+
+    def _async_copy(self, v: tile.Value, sh: Array, pos: Callable[[Expr], Expr], row: int,
+                    reader: tile.Op) -> AsyncCopy | None:
+        """Turn the open group's vector load of `v` into an `AsyncCopy` to `sh` (see
+        `stage`), or None when it does not qualify."""
+        g = self.group
+        if not self.target.has("cp_async") or g.vec is None or v.id not in g.vec.loads:
+            return None
+        vload, op = g.vec.loads[v.id]
+        if (g.width * v.type.elem.itemsize != 16 or not row or row % g.width
+                or self.users.get(v.id) != [reader] or not _zero_other(op)
+                or sh.dtype != v.type.elem):
+            return None
+        copy = AsyncCopy(sh, pos(g.vec.e0), vload.ptr, g.width, vload.mask, loc=vload.loc)
+        g.vec.pre[g.vec.pre.index(vload)] = copy
+        return copy
 
     def _materialise(self, v: tile.Value) -> None:
         """Store a recomputed value (cheap index math, or a re-loadable tile) in a register array:
@@ -840,6 +868,19 @@ class Lowerer:
             if finish is not None:
                 finish(term)
         return stmts, term
+
+
+def _zero_other(op: tile.Op) -> bool:
+    """Whether a load gives zero where it is masked (or has no mask)."""
+    if len(op.operands) < 2:
+        return True
+    if len(op.operands) < 3:
+        return False  # masked without `other`: undefined there, not zero
+    o = op.operands[2]
+    while isinstance(o.owner, tile.Op) and o.owner.kind in ("splat", "broadcast", "cast"):
+        o = o.owner.operands[0]
+    return (isinstance(o.owner, tile.Op) and o.owner.kind == "const"
+            and o.owner.attrs.get("value") == 0)
 
 
 def _reads_shared(node: object) -> bool:

@@ -368,6 +368,9 @@ class VecGroup:
     pre: list
     post: list
     masks: dict = field(default_factory=dict)  # mask value id -> its Var at the run start
+    # loaded value id -> (its VecLoad in `pre`, the load op): a staging may turn the access
+    # into a copy straight to shared memory (`Lowerer.stage`)
+    loads: dict = field(default_factory=dict)
 
 
 class Vectorizer:
@@ -488,6 +491,7 @@ class Vectorizer:
         vec = L.array((op.result.name or "v") + "_vec", register_type(op.result.type),
                       L.group.width)
         st.pre.append(VecLoad(ptr, vec, mask, loc=op.loc))
+        st.loads[op.result.id] = (st.pre[-1], op)
         x: Expr = Index(vec, st.i)
         if mask is not None:  # the mask is uniform over the run
             other = (L.read(op.operands[2]) if len(op.operands) > 2

@@ -32,13 +32,9 @@ from kdsl.ir.types import TileType
 from .manager import replace_all_uses, use_counts
 
 # Ops a cheap initial pointer tile may be built from (pure, no memory).
-# Integer division and remainder are pure too (the tutorial's `(pid_m * BM + arange) % M`
-# wrap-around rows); they cost more than an add, but are loop-invariant, so the code
-# generator's own invariant hoisting takes them out of the loop again.
 CHEAP = frozenset({"splat", "iota", "const", "broadcast", "reshape", "add", "sub", "mul",
-                   "shl", "shr", "and", "or", "xor", "div", "floordiv", "mod", "minimum",
-                   "maximum", "addptr", "cast", "hint"})
-CHEAP_LIMIT = 24  # largest expression tree (in ops) accepted as cheap
+                   "shl", "addptr", "cast", "hint"})
+CHEAP_LIMIT = 12  # largest expression tree (in ops) accepted as cheap
 
 
 def _owner_op(v: tile.Value) -> tile.Op | None:

@@ -92,24 +92,33 @@ def test_mma_reference(kind):
         assert_close(d, want, dtype=np.float32 if kind != "tf32" else np.float16, k=k.k)
 
 
-def test_ldmatrix_reference_matches_the_isa():
+@pytest.mark.parametrize("trans", [False, True])
+def test_ldmatrix_reference_matches_the_isa(trans):
     """ldmatrix .x4 (PTX ISA): lane l addresses row l % 8 of matrix l / 8; register j of lane l
-    holds matrix j's row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (low half first)."""
+    holds matrix j's row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (low half first); with
+    .trans, the elements of column l / 4 in rows 2 (l % 4) and 2 (l % 4) + 1."""
     from kdsl.lowering.dot_mma import ldmatrix_reference
 
     mats = RNG.integers(0, 1 << 16, (4, 8, 8))
     lanes = [[tuple(int(x) for x in mats[lane // 8, lane % 8])] for lane in range(32)]
-    out = ldmatrix_reference(lanes)
+    out = ldmatrix_reference(lanes, trans=trans)
     for lane in range(32):
-        r, c = lane // 4, 2 * (lane % 4)
-        assert out[lane] == [int(mats[j, r, c]) | int(mats[j, r, c + 1]) << 16 for j in range(4)]
+        g, t2 = lane // 4, 2 * (lane % 4)
+        m = mats.transpose(0, 2, 1) if trans else mats  # m[j, i, c]: what lane reads as row i
+        assert out[lane] == [int(m[j, g, t2]) | int(m[j, g, t2 + 1]) << 16 for j in range(4)]
 
 
-def test_mma_uses_ldmatrix_when_the_b_tiles_pair_up():
-    ck = _lower(32, 16, 32, "float16", num_warps=1)  # one warp: 2 x 2 tiles of 16x8
+@pytest.mark.parametrize("trans", [False, True])
+def test_mma_uses_ldmatrix_when_the_b_tiles_pair_up(trans):
+    """One warp, 2 x 2 tiles of 16x8: per K step one ldmatrix per A tile and one per pair of
+    B tiles; b [K][N] is copied as is and read with `.trans`, b = trans(x [N][K]) without."""
+    ck = _lower(32, 16, 32, "float16", trans=trans, num_warps=1)
     names = _intrinsics(ck.kernel.body)
-    assert names.count("ldmatrix_x4") == 2 * (2 + 1)  # per K step: 2 A tiles, 1 pair of B tiles
+    steps = 2  # K = 32
+    assert names.count("ldmatrix_x4") == steps * (3 if trans else 2)
+    assert names.count("ldmatrix_x4_trans") == steps * (0 if trans else 1)
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ck.source
+    assert ("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ck.source) != trans
 
 
 # ------------------------------------------------------- lowered kernels in the simulator
@@ -168,7 +177,7 @@ def test_simulated(case):
     M, N, K, dt, trans, acc, prec, name = CASES[case]
     ck = _lower(M, N, K, dt, trans, acc, prec)
     # 16-bit operands come through ldmatrix where a warp's B tiles pair up
-    assert set(_intrinsics(ck.kernel.body)) - {"ldmatrix_x4"} == {name}
+    assert set(_intrinsics(ck.kernel.body)) - {"ldmatrix_x4", "ldmatrix_x4_trans"} == {name}
     if dt == "int8":
         a = RNG.integers(-128, 128, (M, K)).astype(np.int8)
         b = RNG.integers(-128, 128, (N, K) if trans else (K, N)).astype(np.int8)
