@@ -75,8 +75,9 @@ _LOOP_HINTS: dict[str, list[tuple]] = {
 ARRAY_ALIGN = 64
 
 
-def _elem_bytes(t: ir.Type) -> int:
-    return max(1, getattr(t, "width", 64) // 8)
+def _elem_bytes(t: Any) -> int:
+    """Bytes of a register array's element of Loop IR type `t` (a pointer: 8; int1: 1)."""
+    return max(1, getattr(t, "bits", 64) // 8)
 
 
 class _FnEmitter:
@@ -123,7 +124,7 @@ class _FnEmitter:
         if a.name not in self.arrays:
             elem = I8 if a.dtype == int1 else reg_type(a.dtype)
             slot = self._alloca(ir.ArrayType(elem, a.size), a.name)
-            if a.size * _elem_bytes(elem) >= ARRAY_ALIGN:
+            if a.size * _elem_bytes(a.dtype) >= ARRAY_ALIGN:
                 slot.align = ARRAY_ALIGN
             self.arrays[a.name] = slot
         return self.arrays[a.name]

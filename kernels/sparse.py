@@ -26,10 +26,9 @@ the instruction's metadata built in the kernel from `meta` (kdsl/lowering/dot_sp
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import Any
-
-import math
 
 import numpy as np
 
@@ -448,18 +447,22 @@ def semi_structured_mma_kernel(x_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K, ld
 def pack_panels_kernel(x_ptr, y_ptr, R, C, ldx, ldy, ldp, P: kd.constexpr,
                        BLOCK: kd.constexpr, X_T: kd.constexpr = False):
     # x [R, C]^T in panels of P columns: x[r, c] goes to y[(r // P) * ldp + c * ldy + r % P],
-    # zeros for r from R up to the grid's last whole block; x[r, c] at r * ldx + c, or at
-    # r + c * ldx when X_T (column-major)
-    rr = (kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)).to(kd.int64)
+    # zeros for r from R up to the grid's last whole block (a block never straddles two
+    # panels: BLOCK divides P); x[r, c] at r * ldx + c, or at r + c * ldx when X_T
+    # (column-major).  The tile is written as y's rows (r innermost, contiguous stores); a
+    # row-major x is read along c and transposed in registers.
+    r0 = (kd.program_id(0) * BLOCK).to(kd.int64)
+    lr = kd.arange(0, BLOCK)
+    rr = r0 + lr
     rc = (kd.program_id(1) * BLOCK + kd.arange(0, BLOCK)).to(kd.int64)
-    c_ok = rc[None, :] < C
     if X_T:
-        offs = rr[:, None] + rc[None, :] * ldx
+        x = kd.load(x_ptr + rr[None, :] + rc[:, None] * ldx,
+                    mask=(rr[None, :] < R) & (rc[:, None] < C), other=0.0)
     else:
-        offs = rr[:, None] * ldx + rc[None, :]
-    x = kd.load(x_ptr + offs, mask=(rr[:, None] < R) & c_ok, other=0.0)
-    dst = ((rr // P) * ldp + rr % P)[:, None] + rc[None, :] * ldy
-    kd.store(y_ptr + dst, x, mask=c_ok)
+        x = kd.trans(kd.load(x_ptr + rr[:, None] * ldx + rc[None, :],
+                             mask=(rr[:, None] < R) & (rc[None, :] < C), other=0.0))
+    base = y_ptr + (r0 // P) * ldp + r0 % P
+    kd.store(base + rc[:, None] * ldy + lr[None, :], x, mask=rc[:, None] < C)
 
 
 PACK_BLOCK = 32

@@ -58,7 +58,7 @@ def blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
     if vector_bits < 64 or vector_regs < 4:
         return BLOCKS
     W = vector_bits // 32
-    wide = [(mr, v) for mr in (8, 7, 6, 5, 4, 3, 2, 1) for v in (4, 3, 2, 1)
+    wide = [(mr, v) for mr in (8, 7, 6, 5, 4, 3, 2, 1) for v in (8, 4, 3, 2, 1)
             if mr * v + 2 <= vector_regs]
     wide.sort(key=lambda b: (-b[1], -b[0]))
     narrow = [(mr, nr) for nr in (8, 4, 2, 1) if nr < W for mr in (8, 4, 2, 1)
