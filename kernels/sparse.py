@@ -14,11 +14,15 @@ of `w` [K, N] (ties to the lower index; a NaN counts as the largest) and returns
 [K // 2, N], meta [K // 2, N] int8)`: `values[2g + i, n]` is the i-th kept value (in index
 order) of group g of column n, `meta` its index 0-3 in the group.
 `semi_structured_matmul(x, values, meta, bias=None, activation=None)` multiplies `x` [M, K] by
-that matrix: `y[m, n] = sum_j values[j, n] * x[m, 4 * (j // 2) + meta[j, n]]`.  The portable
-kernel is a gather-FMA loop doing half the multiplies of the dense product: a program owns a
-transposed BLOCK_N x BLOCK_M output tile, and for each kept row j of its columns it reads the
+that matrix: `y[m, n] = sum_j values[j, n] * x[m, 4 * (j // 2) + meta[j, n]]`, doing half the
+multiplies of the dense product.  x^T is a copy made by a kernel, in panels: the BLOCK_M
+columns of x^T a tile reads lie contiguous, padded with zeros past M.  A program owns a
+transposed BLOCK_N x BLOCK_M output tile.  On the CPU (a table row with BLOCK_K) it is
+y^T = W^T x^T by `kd.sparse_dot` on BLOCK_K of K per step, whose CPU lowering is a
+register-blocked gather micro-kernel (kdsl/lowering/sparse_dot_cpu.py).  Elsewhere (a row
+with GROUPS) it is a portable gather-FMA loop: for each kept row j of its columns it reads the
 row `4 * (j // 2) + meta[j, n]` of x^T (contiguous along M) and adds it scaled by
-`values[j, n]`; x^T is a copy made by a kernel, its rows padded to whole tiles.  On CUDA,
+`values[j, n]`.  On CUDA,
 float16 and bfloat16 take the sparse tensor cores instead: the transposed product y^T = W^T x^T
 with `kd.sparse_dot` (W^T is 2:4-sparse along its rows, as mma.sp's sparse operand must be),
 the instruction's metadata built in the kernel from `meta` (kdsl/lowering/dot_sparse.py).
