@@ -217,9 +217,9 @@ SEMI_STRUCTURED: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8, "GROUPS": 2,
                        "num_warps": 4})],
     # panel kernel, 128 x 64 tiles (2 x 128 micro-kernel blocks on AVX-512), 32 of K a step,
-    # tile columns in order (GROUP_M 1: a panel of x^T stays in L2 across its row of tiles):
+    # tiles in row order (GROUP_M 1: a panel of x^T stays in L2 across its row of tiles):
     # at 2048^3 (2 threads, interleaved, CPU-time medians) ahead of 64 x 64, 128 x 128,
-    # 128 x 32, BLOCK_K 16 and GROUP_M 8 by 7-10%
+    # 128 x 32, BLOCK_K 16 and GROUP_M 8 by 6-10% (BLOCK_K 64 by 15%)
     "cpu": [(INF, {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1,
                     "num_warps": 1})],
     "tile": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_M": 4, "GROUPS": 2,

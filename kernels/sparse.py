@@ -403,7 +403,8 @@ def semi_structured_panel_kernel(xt_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K2
         acc += kd.load(bias_ptr + rn, mask=n_ok, other=0.0).to(kd.float32)[:, None]
     acc = apply_activation(acc, ACT)
     # stored as y's rows (n innermost): contiguous stores, the transpose read from the tile
-    # (as acc's own [n, m] order, one store per cache line of y per element: 1.5x slower)
+    # (in acc's own [n, m] order each element stores to another cache line of y: a quarter
+    # of the kernel's time at 1024^3)
     kd.store(c_ptr + rm[:, None] * N + rn[None, :], kd.trans(acc),
              mask=(rm[:, None] < M) & n_ok[None, :])
 
