@@ -67,6 +67,19 @@ _LOOP_HINTS: dict[str, list[tuple]] = {
 }
 
 
+# Register arrays of a cache line or more start on a cache line: their vector loads and stores
+# (a tile copied in or out, a dot's operands read by the micro-kernels) then never split
+# across two lines, which costs a second L1 access each; an element-aligned alloca is almost
+# never line-aligned.  Measured on one Emerald Rapids core (1024^3 float32, separate
+# processes, noisy host): semi_structured_matmul 1.3-1.6x and matmul up to 1.3x faster.
+ARRAY_ALIGN = 64
+
+
+def _elem_bytes(t: Any) -> int:
+    """Bytes of a register array's element of Loop IR type `t` (a pointer: 8; int1: 1)."""
+    return max(1, getattr(t, "bits", 64) // 8)
+
+
 class _FnEmitter:
     """Emits one kernel body function from Loop IR statements."""
 
@@ -110,7 +123,10 @@ class _FnEmitter:
     def _array_slot(self, a: L.Array) -> ir.Value:
         if a.name not in self.arrays:
             elem = I8 if a.dtype == int1 else reg_type(a.dtype)
-            self.arrays[a.name] = self._alloca(ir.ArrayType(elem, a.size), a.name)
+            slot = self._alloca(ir.ArrayType(elem, a.size), a.name)
+            if a.size * _elem_bytes(a.dtype) >= ARRAY_ALIGN:
+                slot.align = ARRAY_ALIGN
+            self.arrays[a.name] = slot
         return self.arrays[a.name]
 
     def _elem_ptr(self, a: L.Array, index: L.Expr) -> tuple[ir.Value, ir.Type]:

@@ -210,13 +210,17 @@ BLOCK_SPARSE: dict[str, list[Row]] = {
                           "num_warps": 1})],
 }
 
-# semi_structured_matmul (portable gather-FMA kernel), size = M * N.  GROUPS: groups of 4
-# rows of K per step of the K loop (1, 2 or 4).
+# semi_structured_matmul, size = M * N.  A row with BLOCK_K runs the panel kernel
+# (kd.sparse_dot, BLOCK_K of K per step); one with GROUPS the portable gather-FMA kernel
+# (GROUPS groups of 4 rows of K per step: 1, 2 or 4).
 SEMI_STRUCTURED: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8, "GROUPS": 2,
                        "num_warps": 4})],
-    # 128x64 with 2 groups a step beat 64x64 (2 or 4 groups), 128x32 and 128x64x4 at 2048^3
-    "cpu": [(INF, {"BLOCK_M": 128, "BLOCK_N": 64, "GROUP_M": 8, "GROUPS": 2,
+    # panel kernel, 128 x 64 tiles (2 x 128 micro-kernel blocks on AVX-512), 32 of K a step,
+    # tiles in row order (GROUP_M 1: a panel of x^T stays in L2 across its row of tiles):
+    # at 2048^3 (2 threads, interleaved, CPU-time medians) ahead of 64 x 64, 128 x 128,
+    # 128 x 32, BLOCK_K 16 and GROUP_M 8 by 6-10% (BLOCK_K 64 by 15%)
+    "cpu": [(INF, {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1,
                     "num_warps": 1})],
     "tile": [(INF, {"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_M": 4, "GROUPS": 2,
                       "num_warps": 1})],

@@ -14,11 +14,15 @@ of `w` [K, N] (ties to the lower index; a NaN counts as the largest) and returns
 [K // 2, N], meta [K // 2, N] int8)`: `values[2g + i, n]` is the i-th kept value (in index
 order) of group g of column n, `meta` its index 0-3 in the group.
 `semi_structured_matmul(x, values, meta, bias=None, activation=None)` multiplies `x` [M, K] by
-that matrix: `y[m, n] = sum_j values[j, n] * x[m, 4 * (j // 2) + meta[j, n]]`.  The portable
-kernel is a gather-FMA loop doing half the multiplies of the dense product: a program owns a
-transposed BLOCK_N x BLOCK_M output tile, and for each kept row j of its columns it reads the
+that matrix: `y[m, n] = sum_j values[j, n] * x[m, 4 * (j // 2) + meta[j, n]]`, doing half the
+multiplies of the dense product.  x^T is a copy made by a kernel, in panels: the BLOCK_M
+columns of x^T a tile reads lie contiguous, padded with zeros past M.  A program owns a
+transposed BLOCK_N x BLOCK_M output tile.  On the CPU (a table row with BLOCK_K) it is
+y^T = W^T x^T by `kd.sparse_dot` on BLOCK_K of K per step, whose CPU lowering is a
+register-blocked gather micro-kernel (kdsl/lowering/sparse_dot_cpu.py).  Elsewhere (a row
+with GROUPS) it is a portable gather-FMA loop: for each kept row j of its columns it reads the
 row `4 * (j // 2) + meta[j, n]` of x^T (contiguous along M) and adds it scaled by
-`values[j, n]`; x^T is a copy made by a kernel, its rows padded to whole tiles.  On CUDA,
+`values[j, n]`.  On CUDA,
 float16 and bfloat16 take the sparse tensor cores instead: the transposed product y^T = W^T x^T
 with `kd.sparse_dot` (W^T is 2:4-sparse along its rows, as mma.sp's sparse operand must be),
 the instruction's metadata built in the kernel from `meta` (kdsl/lowering/dot_sparse.py).
@@ -26,6 +30,7 @@ the instruction's metadata built in the kernel from `meta` (kdsl/lowering/dot_sp
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import Any
 
@@ -302,12 +307,13 @@ def _term(row, v, lm, acc):
 
 
 @kd.jit
-def semi_structured_kernel(xt_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K2, ldx,
+def semi_structured_kernel(xt_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K2, ldx, ldp,
                            BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, GROUP_M: kd.constexpr,
                            GROUPS: kd.constexpr, HAS_BIAS: kd.constexpr, ACT: kd.constexpr,
                            WIDE: kd.constexpr = False):
-    # x^T[k, m] at k * ldx + m, its rows padded to whole BLOCK_M tiles (ldx >= the tiles'
-    # extent).  The output tile is held transposed, acc[n, m], so that each kept row j adds a
+    # x^T in panels (`_panels`): x^T[k, m] of this tile at pid_m * ldp + k * ldx + m % BLOCK_M,
+    # rows padded with zeros to BLOCK_M.  The output tile is held transposed, acc[n, m], so
+    # that each kept row j adds a
     # contiguous row of x^T times one scalar per column n.  GROUPS groups of 4 (2 * GROUPS
     # kept rows) per step: their rows and values are read first, then one fused loop adds all
     # their terms (the accumulator is read and written once per step).
@@ -315,7 +321,7 @@ def semi_structured_kernel(xt_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K2, ldx,
     rm = widen(pid_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
     rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
     lm = kd.arange(0, BLOCK_M)
-    xt_ptr += pid_m.to(kd.int64) * BLOCK_M  # this tile's columns of x^T: lm from here
+    xt_ptr += pid_m.to(kd.int64) * ldp  # this tile's panel of x^T: lm from here
     n_ok = rn < N
     acc = kd.zeros((BLOCK_N, BLOCK_M), dtype=kd.float32)
     step = 2 * GROUPS
@@ -351,6 +357,56 @@ def semi_structured_kernel(xt_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K2, ldx,
     acc = apply_activation(acc, ACT)
     kd.store(c_ptr + rm[None, :] * N + rn[:, None], acc,
              mask=(rm[None, :] < M) & n_ok[:, None])
+
+
+@kd.jit
+def semi_structured_panel_kernel(xt_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K2, ldp,
+                                 BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr,
+                                 BLOCK_K: kd.constexpr, GROUP_M: kd.constexpr,
+                                 HAS_BIAS: kd.constexpr, ACT: kd.constexpr,
+                                 WIDE: kd.constexpr = False):
+    # The CPU's kernel: y^T = W^T x^T by `kd.sparse_dot` on BLOCK_N x BLOCK_M output tiles,
+    # BLOCK_K of K (BLOCK_K // 2 kept rows) per step, whose CPU lowering is a register-blocked
+    # micro-kernel (kdsl/lowering/sparse_dot_cpu.py): the step's x^T rows (a BLOCK_K x BLOCK_M
+    # block of this tile's panel, `_panels`: contiguous, padded with zeros past M, so read
+    # unmasked) stay in L1 for all BLOCK_N columns.  values and meta are read as they are
+    # stored (rows of K, contiguous along N) and transposed as views; columns past N are
+    # masked (a kept value 0 at index 0 adds nothing).  A last step past K2 masks its rows.
+    pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rm = widen(pid_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
+    rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
+    rj = kd.arange(0, BLOCK_K // 2)
+    rk = kd.arange(0, BLOCK_K)
+    lm = kd.arange(0, BLOCK_M)
+    n_ok = rn < N
+    panel = xt_ptr + pid_m.to(kd.int64) * ldp
+    acc = kd.zeros((BLOCK_N, BLOCK_M), dtype=kd.float32)
+    main = K2 - K2 % (BLOCK_K // 2)
+    for j0 in range(0, main, BLOCK_K // 2):
+        w = widen(j0 + rj, WIDE)[:, None] * N + rn[None, :]
+        vt = kd.load(v_ptr + w, mask=n_ok[None, :], other=0.0).to(kd.float32)
+        mt = kd.load(m_ptr + w, mask=n_ok[None, :], other=0)
+        ks = widen(2 * j0 + rk, WIDE)
+        xt = kd.load(panel + ks[:, None] * BLOCK_M + lm[None, :]).to(kd.float32)
+        acc = kd.sparse_dot(kd.trans(vt), kd.trans(mt), xt, acc)
+    if main < K2:
+        js = widen(main + rj, WIDE)
+        ok = (js[:, None] < K2) & n_ok[None, :]
+        w = js[:, None] * N + rn[None, :]
+        vt = kd.load(v_ptr + w, mask=ok, other=0.0).to(kd.float32)
+        mt = kd.load(m_ptr + w, mask=ok, other=0)
+        ks = widen(2 * main + rk, WIDE)
+        xt = kd.load(panel + ks[:, None] * BLOCK_M + lm[None, :], mask=ks[:, None] < 2 * K2,
+                     other=0.0).to(kd.float32)
+        acc = kd.sparse_dot(kd.trans(vt), kd.trans(mt), xt, acc)
+    if HAS_BIAS:
+        acc += kd.load(bias_ptr + rn, mask=n_ok, other=0.0).to(kd.float32)[:, None]
+    acc = apply_activation(acc, ACT)
+    # stored as y's rows (n innermost): contiguous stores, the transpose read from the tile
+    # (in acc's own [n, m] order each element stores to another cache line of y: a quarter
+    # of the kernel's time at 1024^3)
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], kd.trans(acc),
+             mask=(rm[:, None] < M) & n_ok[None, :])
 
 
 @kd.jit
@@ -393,41 +449,49 @@ def semi_structured_mma_kernel(x_ptr, v_ptr, m_ptr, bias_ptr, c_ptr, M, N, K, ld
 
 
 @kd.jit
-def transpose_pad_kernel(x_ptr, y_ptr, R, C, ldx, ldy, BLOCK: kd.constexpr,
-                         X_T: kd.constexpr = False):
-    # y [C, ldy] = x [R, C]^T with zeros in columns R .. ldy - 1; x[r, c] at r * ldx + c, or
-    # at r + c * ldx when X_T (column-major)
-    rr = (kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)).to(kd.int64)
+def pack_panels_kernel(x_ptr, y_ptr, R, C, ldx, ldy, ldp, P: kd.constexpr,
+                       BLOCK: kd.constexpr, X_T: kd.constexpr = False):
+    # x [R, C]^T in panels of P columns: x[r, c] goes to y[(r // P) * ldp + c * ldy + r % P],
+    # zeros for r from R up to the grid's last whole block (a block never straddles two
+    # panels: BLOCK divides P); x[r, c] at r * ldx + c, or at r + c * ldx when X_T
+    # (column-major).  The tile is written as y's rows (r innermost, contiguous stores); a
+    # row-major x is read along c and transposed in registers.
+    r0 = (kd.program_id(0) * BLOCK).to(kd.int64)
+    lr = kd.arange(0, BLOCK)
+    rr = r0 + lr
     rc = (kd.program_id(1) * BLOCK + kd.arange(0, BLOCK)).to(kd.int64)
-    c_ok = rc[None, :] < C
     if X_T:
-        offs = rr[:, None] + rc[None, :] * ldx
+        x = kd.load(x_ptr + rr[None, :] + rc[:, None] * ldx,
+                    mask=(rr[None, :] < R) & (rc[:, None] < C), other=0.0)
     else:
-        offs = rr[:, None] * ldx + rc[None, :]
-    x = kd.load(x_ptr + offs, mask=(rr[:, None] < R) & c_ok, other=0.0)
-    kd.store(y_ptr + rc[None, :] * ldy + rr[:, None], x, mask=(rr[:, None] < ldy) & c_ok)
+        x = kd.trans(kd.load(x_ptr + rr[:, None] * ldx + rc[None, :],
+                             mask=(rr[:, None] < R) & (rc[None, :] < C), other=0.0))
+    base = y_ptr + (r0 // P) * ldp + r0 % P
+    kd.store(base + rc[:, None] * ldy + lr[None, :], x, mask=rc[:, None] < C)
 
 
-TRANSPOSE_BLOCK = 32
-# x^T's row length is padded by one 64-byte line past whole tiles: rows a power of two apart
-# would map to the same cache sets (measured 5-10% on llvm at 2048^3).
-PAD_BYTES = 64
+PACK_BLOCK = 64  # 64 x 64 blocks: 1.3-1.9x faster than 32 x 32 at 2048^2 (llvm)
 
 
-def _transposed(x: Arg, tile_m: int, backend: str) -> tuple[Arg, int]:
-    """(x^T [K, ldx], ldx): a transposed copy of x [M, K] made by a kernel, its rows padded
-    with zeros to a whole number of `tile_m` columns (the gather-FMA kernel reads whole
-    tiles unmasked)."""
+def _panels(x: Arg, tile_m: int, backend: str) -> tuple[Arg, int, int]:
+    """(x^T in panels, ldx, ldp): a copy of x [M, K] made by a kernel, for the gather-FMA
+    kernel: panel p holds x^T's columns p * tile_m ... p * tile_m + tile_m - 1, row k of it
+    (tile_m values, zeros past M) at p * ldp + k * ldx with ldx = tile_m and ldp = K * tile_m.
+    A program walks one panel front to back: a contiguous stream (x^T rows a whole padded M
+    apart put each step's rows in other pages and, a power of two apart, in the same cache
+    sets: 3-4x slower on llvm for tiles of a few columns)."""
     M, K = x.shape
     xb, x_t, ld, _ = blas_layout(x)
-    ldx = -(-M // tile_m) * tile_m + PAD_BYTES // (2 if x.dtype != "float32" else 4)
-    xt = empty(x, (K, ldx), x.dtype, "x")
+    panels = -(-M // tile_m)
+    ldp = K * tile_m
+    xt = empty(x, (panels * ldp,), x.dtype, "x")
     if K:
-        grid = (kd.cdiv(ldx, TRANSPOSE_BLOCK), kd.cdiv(K, TRANSPOSE_BLOCK))
+        block = math.gcd(tile_m, PACK_BLOCK)  # blocks never straddle two panels
+        grid = (panels * (tile_m // block), kd.cdiv(K, block))
         flags = {"X_T": True} if x_t else {}
-        transpose_pad_kernel[grid](xb.kernel_arg, xt.kernel_arg, M, K, ld, ldx,
-                                   BLOCK=TRANSPOSE_BLOCK, backend=backend, **flags)
-    return xt, ldx
+        pack_panels_kernel[grid](xb.kernel_arg, xt.kernel_arg, M, K, ld, tile_m, ldp,
+                                 P=tile_m, BLOCK=block, backend=backend, **flags)
+    return xt, tile_m, ldp
 
 
 META_DTYPES = ("int8", "uint8")
@@ -489,10 +553,13 @@ def semi_structured_matmul(x: Any, values: Any, meta: Any, bias: Any = None,
                                          **cfg)
         return result(out)
     cfg = configs.pick(configs.SEMI_STRUCTURED, be, M * N)
-    xt, ldx = _transposed(x_, cfg["BLOCK_M"], be)
+    xt, ldx, ldp = _panels(x_, cfg["BLOCK_M"], be)
     if wide_offsets(xt, v, out):
         flags["WIDE"] = True
     grid = (kd.cdiv(M, cfg["BLOCK_M"]) * kd.cdiv(N, cfg["BLOCK_N"]),)
-    semi_structured_kernel[grid](xt.kernel_arg, v.kernel_arg, mt.data, bias_arg,
-                                 out.kernel_arg, M, N, K // 2, ldx, backend=be, **flags, **cfg)
+    args = (xt.kernel_arg, v.kernel_arg, mt.data, bias_arg, out.kernel_arg, M, N, K // 2)
+    if "BLOCK_K" in cfg:  # a row of the panel kernel (kd.sparse_dot), else the gather-FMA one
+        semi_structured_panel_kernel[grid](*args, ldp, backend=be, **flags, **cfg)
+    else:
+        semi_structured_kernel[grid](*args, ldx, ldp, backend=be, **flags, **cfg)
     return result(out)

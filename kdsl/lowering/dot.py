@@ -27,7 +27,9 @@ from . import index as ix
 from .context import LoweringContext
 from .dot_cpu import cpu_dot, dot_output, widen
 from .dot_mma import tensor_core_dot
+from .dot_sparse import generic_sparse_dot, sparse_tensor_core_dot
 from .elementwise import HALF, register_type, rounded
+from .sparse_dot_cpu import cpu_sparse_dot
 
 DotStrategy = Callable[[object, tile.Op], None]
 
@@ -98,3 +100,18 @@ def dot_strategy(target: Target) -> DotStrategy:
             return strategy
     # one thread walks whole tiles: the row order keeps the innermost loop contiguous
     return rows_dot if target.tile_loops else generic_dot
+
+
+# The same for `sparse_dot` (2:4-sparse a): mma.sp where it applies (dot_sparse.py), the CPU's
+# gather micro-kernel (sparse_dot_cpu.py), else the generic loop of FMAs over the kept values.
+SPARSE_DOT_STRATEGIES: dict[str, DotStrategy] = {
+    "tensor_cores": partial(sparse_tensor_core_dot, fallback=generic_sparse_dot),
+    "cpu_microkernel": partial(cpu_sparse_dot, fallback=generic_sparse_dot),
+}
+
+
+def sparse_dot_strategy(target: Target) -> DotStrategy:
+    for cap, strategy in SPARSE_DOT_STRATEGIES.items():
+        if target.has(cap):
+            return strategy
+    return generic_sparse_dot

@@ -84,8 +84,9 @@ def widen(x: Expr, t) -> Expr:
 def dot_output(L: LoweringContext, op: tile.Op, t, numel: int) -> Array:
     """The register array of a dot's result, holding the accumulator operand `c` on entry:
     `c`'s own array when the dot is its last user (updated in place), else a copy.  Shared with
-    the generic strategy (dot.py imports this module)."""
-    c = op.operands[2]
+    the generic strategy (dot.py imports this module) and `sparse_dot`'s CPU strategy: the
+    accumulator is the last operand of both ops."""
+    c = op.operands[-1]
     acc = L.canon(c)
     if L.users.get(acc.id) == [op] and acc.id in L.regs and L.regs[acc.id].dtype == t:
         return L.regs[acc.id]  # the accumulator dies here: update its array in place

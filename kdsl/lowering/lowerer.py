@@ -90,10 +90,9 @@ from .caps import check_target
 from .context import CoordMap, Group
 from .control import lower_for, lower_if, lower_while
 from .debug import DEBUG_LOWERINGS, drop_breakpoints
-from .dot import dot_strategy
+from .dot import dot_strategy, sparse_dot_strategy
 from .dot_mma import SIMULATIONS as MMA_SIMULATIONS
 from .dot_sparse import SIMULATIONS as SPARSE_SIMULATIONS
-from .dot_sparse import sparse_tensor_core_dot
 from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
 from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .hoist_barriers import hoist_barriers
@@ -940,6 +939,10 @@ def _lower_dot(L: Lowerer, op: tile.Op) -> None:
     dot_strategy(L.target)(L, op)
 
 
+def _lower_sparse_dot(L: Lowerer, op: tile.Op) -> None:
+    sparse_dot_strategy(L.target)(L, op)
+
+
 def _atomic_stmts(op: tile.Op, xs: list[Expr], res: Var | None) -> list[Stmt]:
     """The Loop IR of an `atomic_rmw`/`atomic_cas` op with operand values `xs`.  A masked-off
     lane's old value is 0, as in the interpreter."""
@@ -959,7 +962,7 @@ def _atomic_stmts(op: tile.Op, xs: list[Expr], res: Var | None) -> list[Stmt]:
 _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
     "reduce": lower_reduce, "scan": lower_scan, "dot": _lower_dot, **DEBUG_LOWERINGS,
-    "sparse_dot": sparse_tensor_core_dot,  # mma.sp where it applies, else generic
+    "sparse_dot": _lower_sparse_dot,  # mma.sp, the CPU micro-kernel or generic (dot.py)
     "gather": lower_gather, "histogram": lower_histogram,
     "reshape": lower_unsplat,  # the only reshape not an alias: a one-element tile to a scalar
 }

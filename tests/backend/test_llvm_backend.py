@@ -391,6 +391,20 @@ def test_row_sum_over_register_array():
     np.testing.assert_array_equal(out, want)
 
 
+def test_register_arrays_of_a_cache_line_are_line_aligned():
+    # vector loads of an array that starts mid-line split across two lines (backends/llvm.py
+    # ARRAY_ALIGN); arrays smaller than a line keep their element alignment
+    x, k = var("x", P(float32)), var("k")
+    big, wide, small = (L.Array("big", float32, 16), L.Array("wide", int8, 64),
+                        L.Array("small", float32, 15))
+    body = [L.For(k, c(0), c(15), c(1), [
+        L.ArrayStore(a, k, L.Cast(L.Load(L.PtrAdd(x, k)), a.dtype)) for a in (big, wide, small)])]
+    ir = BE.codegen(kernel("aligned", [("x", P(float32))], body, [k], [big, wide, small]))
+    assert '%"big" = alloca [16 x float], align 64' in ir
+    assert '%"wide" = alloca [64 x i8], align 64' in ir
+    assert re.search(r'%"small" = alloca \[15 x float\]$', ir, re.MULTILINE)
+
+
 def test_while_if_bool_array_and_descending_for():
     # collatz steps of n (While + If/else), and a bool register array filled by a descending loop
     o, n, steps, k = var("o", P(int32)), var("n"), var("steps"), var("k")

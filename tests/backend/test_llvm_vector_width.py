@@ -251,6 +251,43 @@ def test_matmul_fma_loop_does_not_spill():
                 "\n".join(spills(body, arch))
 
 
+@kd.jit
+def _sparse(v_ptr, m_ptr, x_ptr, c_ptr, K2, BN: kd.constexpr, BM: kd.constexpr,
+            BK: kd.constexpr):
+    # the library's 2:4 panel kernel in small: values/meta [K2, BN], x^T [2 * K2, BM]
+    rj, rk = kd.arange(0, BK // 2), kd.arange(0, BK)
+    rn, rm = kd.arange(0, BN), kd.arange(0, BM)
+    acc = kd.zeros((BN, BM), dtype=kd.float32)
+    for j0 in range(0, K2, BK // 2):
+        w = (j0 + rj)[:, None] * BN + rn[None, :]
+        ok = (j0 + rj)[:, None] < K2
+        v = kd.load(v_ptr + w, mask=ok, other=0.0)
+        e = kd.load(m_ptr + w, mask=ok, other=0)
+        x = kd.load(x_ptr + (2 * j0 + rk)[:, None] * BM + rm[None, :])
+        acc = kd.sparse_dot(kd.trans(v), kd.trans(e), x, acc)
+    kd.store(c_ptr + rm[:, None] * BN + rn[None, :], kd.trans(acc))
+
+
+@pytest.mark.skipif(host_arch() not in ASM, reason="x86 and AArch64 assembly only")
+def test_sparse_dot_fma_loop_does_not_spill_or_decode():
+    # accumulators in registers, b read as the FMAs' memory operands, and each row's offset
+    # into b one load (decoded before the loop: no mask or shift of meta inside it)
+    arch = host_arch()
+    v, m = np.zeros(64, np.float32), np.zeros(64, np.int8)
+    for bn, bm in ((64, 128), (16, 64)):
+        asm = _compile(_sparse, v, m, v, v, 64, BN=bn, BM=bm, BK=32).ir["asm"]
+        loops = fma_loops(asm, arch)
+        assert loops, "no FMA loop found in the sparse_dot's assembly"
+        for body in loops:
+            assert not spills(body, arch), f"{bn}x{bm}: stack traffic in the FMA loop:\n" + \
+                "\n".join(spills(body, arch))
+            if arch == "x86":
+                decode = [ln for ln in body if re.match(r"\s+(and|shl|or)[lq]?\s", ln)]
+                assert not decode, "\n".join(decode)
+                if "avx512f" in host_features():
+                    assert all("%zmm" in ln for ln in body if "vfmadd" in ln)
+
+
 def _haswell_asm(source: str) -> str:
     """`source` (unoptimised LLVM IR) optimised and compiled for an AVX2-only Haswell."""
     import llvmlite.binding as llvm

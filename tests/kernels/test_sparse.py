@@ -185,6 +185,56 @@ def test_semi_structured_epilogue(backend, rng, activation):
     check(y, R.semi_structured_matmul(x, values, meta, bias, activation), "float32", k=8)
 
 
+# Rows of SEMI_STRUCTURED for every profile: the panel kernel (kd.sparse_dot, BLOCK_K) and the
+# gather-FMA one (GROUPS), small tiles so that the shapes below are ragged across several.
+PANEL_ROW = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 1}
+GATHER_ROW = {"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_M": 2, "GROUPS": 2, "num_warps": 1}
+
+
+@pytest.mark.parametrize("row", ["panel", "gather"])
+@pytest.mark.parametrize("M,K,N", [(37, 72, 29), (16, 32, 16), (3, 4, 40)])
+def test_semi_structured_kernels_ragged(backend, rng, monkeypatch, row, M, K, N):
+    # M, N ragged across 16 x 16 tiles; K // 2 = 36: two whole steps of 16 kept rows and a
+    # masked last one (panel), leftover groups (gather); exact tiles; one group, one row
+    from kdsl.kernels import configs
+
+    if (M, K, N) != (37, 72, 29):
+        slow_on_opencl(backend, "one kernel variant per shape")
+    cfg = PANEL_ROW if row == "panel" else GATHER_ROW
+    for profile in ("default", "cpu", "tile", "simt-cpu"):
+        monkeypatch.setitem(configs.SEMI_STRUCTURED, profile, [(configs.INF, dict(cfg))])
+    x = rand(rng, (M, K), "float32")
+    values, meta = sparsify_2_4(rand(rng, (K, N), "float32"))
+    y = semi_structured_matmul(x, values, meta, backend=backend)
+    check(y, R.semi_structured_matmul(x, values, meta), "float32", k=K // 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_semi_structured_panel_kernel_dtypes_epilogue(backend, rng, monkeypatch, dtype):
+    from kdsl.kernels import configs
+
+    skip_heavy(backend, dtype)
+    for profile in ("default", "cpu", "tile", "simt-cpu"):
+        monkeypatch.setitem(configs.SEMI_STRUCTURED, profile, [(configs.INF, dict(PANEL_ROW))])
+    M, K, N = 21, 40, 35
+    x = rand(rng, (M, K), dtype)
+    values, meta = R.sparsify_2_4(rand(rng, (K, N), dtype))
+    values = R.cast(values, dtype)
+    bias = rand(rng, N, "float32")
+    y = semi_structured_matmul(x, values, meta, bias=bias, activation="gelu", backend=backend)
+    check(y, R.semi_structured_matmul(x, values, meta, bias, "gelu"), dtype, k=K // 2)
+
+
+def test_semi_structured_cpu_tiles(rng):
+    # the CPU row's own tiles (llvm): several program tiles each way, ragged, and a K whose
+    # kept rows fill whole steps and a masked last one
+    M, K, N = 150, 200, 70
+    x = rand(rng, (M, K), "float32")
+    values, meta = sparsify_2_4(rand(rng, (K, N), "float32"))
+    y = semi_structured_matmul(x, values, meta, backend="llvm")
+    check(y, R.semi_structured_matmul(x, values, meta), "float32", k=K // 2)
+
+
 def test_semi_structured_layouts(rng):
     # column-major x (a transposed view) and uint8 meta; and any increasing pairs of indices
     xt = rand(rng, (16, 6), "float32")
