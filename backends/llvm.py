@@ -7,6 +7,10 @@ LLVM's loop vectoriser turns into SIMD code for the host CPU.  Layout of the gen
   @<name>_grid(ptr args, i64 start, i64 end, i32 g0, i32 g1, i32 g2)
       loads each parameter from its 8-byte slot of `args`, then runs the body for the linear
       program ids [start, end) (pid0 fastest).
+  @<name>_launch(ptr block)
+      the whole grid: `<name>_grid(block + 16, 0, g0*g1*g2, g0, g1, g2)` with the grid in a
+      16-byte header (i32 g0, g1, g2, padding) and the slots after it: one pointer argument,
+      which ctypes passes in a fifth of the time of six (small grids, `llvm_runtime.py`).
 
 `backends/llvm_runtime.py` packs the argument slots and spreads chunks of program ids over a
 thread pool.  Every Loop IR variable is an alloca in the entry block (SROA/mem2reg promote
@@ -29,7 +33,7 @@ from kdsl.target import Target
 from . import llvm_atomics, llvm_debug, llvm_host
 from .base import Backend, BoundArg
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
-from .llvm_runtime import GRID_FN, ArgPacker, run_grid, workers
+from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, run_grid, workers
 from .llvm_types import F16, I1, I8, I16, I32, I64, PTR, mem_type, reg_type
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -513,7 +517,7 @@ class _Nothing:
         return False
 
 
-def _emit_grid(kernel: L.Kernel, module: ir.Module, body: ir.Function) -> None:
+def _emit_grid(kernel: L.Kernel, module: ir.Module, body: ir.Function) -> ir.Function:
     """`void <name>_grid(ptr args, i64 start, i64 end, i32 g0, i32 g1, i32 g2)`."""
     fty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I32, I32, I32])
     fn = ir.Function(module, fty, f"{kernel.name}_grid")
@@ -546,6 +550,22 @@ def _emit_grid(kernel: L.Kernel, module: ir.Module, body: ir.Function) -> None:
     b.branch(head)
     b.position_at_end(done)
     b.ret_void()
+    return fn
+
+
+def _emit_launch(kernel: L.Kernel, module: ir.Module, grid: ir.Function) -> None:
+    """`void <name>_launch(ptr block)`: `<name>_grid(block + 16, 0, g0*g1*g2, g0, g1, g2)`,
+    the header {i32 g0, g1, g2, padding} at the block's start."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{kernel.name}_launch")
+    block = fn.args[0]
+    block.name = "block"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    g = [b.load(b.gep(block, [ir.Constant(I64, 4 * i)], source_etype=I8), typ=I32, align=4,
+                name=f"g{i}") for i in range(3)]
+    total = b.mul(b.mul(b.zext(g[0], I64), b.zext(g[1], I64)), b.zext(g[2], I64), name="total")
+    args = b.gep(block, [ir.Constant(I64, 16)], source_etype=I8, name="args")
+    b.call(grid, [args, ir.Constant(I64, 0), total] + g)
+    b.ret_void()
 
 
 def generate_module(kernel: L.Kernel) -> ir.Module:
@@ -554,7 +574,7 @@ def generate_module(kernel: L.Kernel) -> ir.Module:
     module = ir.Module(name=kernel.name)
     module.triple = _llvm().get_process_triple()
     body = _FnEmitter(kernel, module, MathLib(module)).emit()
-    _emit_grid(kernel, module, body)
+    _emit_launch(kernel, module, _emit_grid(kernel, module, body))
     llvm_host.apply(module, llvm_host.profile())  # prefer-vector-width (llvm_host.py)
     return module
 
@@ -638,20 +658,36 @@ def _optimise(source: str) -> str:
 
 
 class LLVMHandle:
-    """A JIT-compiled kernel: the engine (kept alive) and the grid function."""
+    """A JIT-compiled kernel: the engine (kept alive), the grid function and the one-argument
+    launch function (None in a module compiled without it)."""
 
-    def __init__(self, engine: Any, fn: Any, opt_ir: str, kernel: L.Kernel):
+    def __init__(self, engine: Any, fn: Any, opt_ir: str, kernel: L.Kernel,
+                 launch: Any = None):
         self.engine = engine
         self.fn = fn
         self.opt_ir = opt_ir
         self.packer = ArgPacker(kernel)
         self._pack = self.packer.struct.pack
+        self.launch_fn = launch
+        self.direct_launch = _direct_launch(fn, self._pack, launch, self.packer.block.pack)
 
-    def direct_launch(self, grid: tuple[int, int, int], slots: list[Any]) -> None:
-        """The launch fast path (kdsl/runtime/jit.py): `slots` are the runtime arguments in
-        parameter order, array addresses and scalar values already classified and
-        range-checked by the caller."""
-        run_grid(self.fn, self._pack(*slots), grid)
+
+def _direct_launch(fn: Any, pack: Any, launch: Any, pack_block: Any) -> Any:
+    """The launch fast path of one kernel (kdsl/runtime/fastpath.py): `direct(grid, slots)`
+    with `slots` the runtime arguments in parameter order, array addresses and scalar values
+    already classified and range-checked by the caller, and `grid` normalised.  (A closure:
+    every name it reads is a local.)"""
+    limit = INLINE_GRID if launch is not None else 0
+
+    def direct(grid: tuple[int, int, int], slots: Any) -> None:
+        g0, g1, g2 = grid
+        total = g0 * g1 * g2
+        if total < limit:
+            launch(pack_block(g0, g1, g2, *slots))
+        else:
+            run_grid(fn, pack(*slots), grid)
+
+    return direct
 
 
 def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
@@ -661,9 +697,10 @@ def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine(llvm))
         engine.finalize_object()
         addr = engine.get_function_address(f"{kernel.name}_grid")
+        one = engine.get_function_address(f"{kernel.name}_launch")
     if not addr:
         raise RuntimeError(f"llvm backend: {kernel.name}_grid not found in the JIT module")
-    return LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel)
+    return LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel, LAUNCH_FN(one) if one else None)
 
 
 @lru_cache(maxsize=1)
@@ -747,7 +784,11 @@ class LLVMBackend(Backend):
 
     def launch(self, handle: LLVMHandle, kernel: L.Kernel, grid: tuple[int, int, int],
                args: list[BoundArg]) -> None:
-        run_grid(handle.fn, handle.packer.pack(args), grid)
+        g0, g1, g2 = grid
+        if g0 * g1 * g2 < INLINE_GRID and handle.launch_fn is not None:
+            handle.launch_fn(handle.packer.pack_block(args, grid))
+        else:
+            run_grid(handle.fn, handle.packer.pack(args), grid)
 
 
 def host_assembly(opt_ir: str) -> str:

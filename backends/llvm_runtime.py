@@ -6,6 +6,10 @@ block is packed with one precompiled `struct.Struct` per kernel: a few hundred n
 one data-pointer lookup per array.  Each call gets its own immutable `bytes` block, so
 concurrent launches of one kernel from several Python threads are safe.
 
+A grid too small for the pool runs through `<name>_launch(block)` instead: the same slots
+after a 16-byte header holding the grid (`ArgPacker.block`), one ctypes argument instead of six
+(a ctypes call costs about 0.2 us plus 0.15 us per argument converted).
+
 The linear program-id range is cut into one chunk per worker of a persistent thread pool (as
 many workers as the process may use CPUs, or `KDSL_NUM_THREADS`); the calling thread runs the
 first chunk itself.  ctypes releases the GIL during the native call,
@@ -29,6 +33,10 @@ from .base import BoundArg
 # void <name>_grid(const char *args, int64 start, int64 end, int32 g0, int32 g1, int32 g2)
 GRID_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
                            ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)
+
+# void <name>_launch(const char *block): header {int32 g0, g1, g2; padding} + args
+LAUNCH_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+_HEADER = "iii4x"
 
 # struct code of each scalar type, padded to an 8-byte slot (float16/bfloat16 travel as float32)
 _SLOT = {"int1": "?7x", "int8": "b7x", "int16": "h6x", "int32": "i4x", "int64": "q",
@@ -59,14 +67,23 @@ class ArgPacker:
             self.is_ptr.append(ptr)
             codes.append("Q" if ptr else _SLOT[p.dtype.name])
         self.struct = struct.Struct("=" + "".join(codes))
+        #: the launch block: header (g0, g1, g2) then the slots
+        self.block = struct.Struct("=" + _HEADER + "".join(codes))
         self.names = [p.name for p in kernel.params]
 
     def pack(self, args: list[BoundArg]) -> bytes:
+        return self._pack(self.struct, (), args)
+
+    def pack_block(self, args: list[BoundArg], grid: tuple[int, int, int]) -> bytes:
+        """The block of `<name>_launch`: all of `grid` in one call."""
+        return self._pack(self.block, tuple(grid), args)
+
+    def _pack(self, st: struct.Struct, head: tuple, args: list[BoundArg]) -> bytes:
         if len(args) != len(self.is_ptr):
             raise TypeError(f"expected {len(self.is_ptr)} arguments, got {len(args)}")
         try:
-            return self.struct.pack(*[(a.address or _address(a.host)) if p else a.value
-                                      for p, a in zip(self.is_ptr, args)])
+            return st.pack(*head, *[(a.address or _address(a.host)) if p else a.value
+                                    for p, a in zip(self.is_ptr, args)])
         except (TypeError, AttributeError):
             for p, a in zip(self.is_ptr, args):
                 if p and a.host is None:
@@ -102,6 +119,8 @@ def _count_workers() -> int:
 
 
 _WORKERS = _count_workers()  # once per process: reading /sys is far too slow per launch
+#: grids of fewer program ids than this run inline on the calling thread (`run_grid`)
+INLINE_GRID = 2 * _WORKERS if _WORKERS > 1 else 1 << 62
 
 
 def workers() -> int:
@@ -139,7 +158,7 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
     if total == 0:
         return
     n = _WORKERS
-    if total < 2 * n or n == 1:  # small grids: inline, no pool round trip
+    if total < INLINE_GRID:  # small grids: inline, no pool round trip
         fn(packed, 0, total, g0, g1, g2)
         return
     chunks = min(total, n * _CHUNKS_PER_WORKER)

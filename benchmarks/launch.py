@@ -36,10 +36,10 @@ from collections.abc import Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import load_line, machine_header  # noqa: E402
+import kdsl.kernels
+from common import load_line, machine_header
 
-import kdsl as kd  # noqa: E402
-import kdsl.kernels  # noqa: E402,F401  (kd.kernels)
+import kdsl as kd
 
 
 @kd.jit
