@@ -31,9 +31,9 @@ from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
 from . import llvm_atomics, llvm_debug, llvm_host
-from .base import Backend, BoundArg
+from .base import Backend, BoundArg, DirectLauncher
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
-from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, run_grid, workers
+from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, GridRunner, workers
 from .llvm_types import F16, I1, I8, I16, I32, I64, PTR, mem_type, reg_type
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -669,14 +669,30 @@ class LLVMHandle:
         self.packer = ArgPacker(kernel)
         self._pack = self.packer.struct.pack
         self.launch_fn = launch
-        self.direct_launch = _direct_launch(fn, self._pack, launch, self.packer.block.pack)
+        self.runner = GridRunner(fn, launch)
+        self.direct_launch = _direct_launch(self.runner, self._pack, self.packer.block.pack)
+
+    def run(self, grid: tuple[int, int, int], args: list[BoundArg]) -> None:
+        """Launch on bound arguments: small grids inline, others as `GridRunner` says."""
+        g0, g1, g2 = grid
+        total = g0 * g1 * g2
+        runner = self.runner
+        if self.launch_fn is not None and (total < INLINE_GRID or runner.inline(total)):
+            block = self.packer.pack_block(args, grid)
+            if total < INLINE_GRID:
+                self.launch_fn(block)
+            else:
+                runner.run_inline(block, total)
+        else:
+            runner.run_pooled(self.packer.pack(args), grid, total)
 
 
-def _direct_launch(fn: Any, pack: Any, launch: Any, pack_block: Any) -> Any:
+def _direct_launch(runner: GridRunner, pack: Any, pack_block: Any) -> Any:
     """The launch fast path of one kernel (kdsl/runtime/fastpath.py): `direct(grid, slots)`
     with `slots` the runtime arguments in parameter order, array addresses and scalar values
     already classified and range-checked by the caller, and `grid` normalised.  (A closure:
-    every name it reads is a local.)"""
+    every name the common case reads is a local.)"""
+    launch = runner.launch
     limit = INLINE_GRID if launch is not None else 0
 
     def direct(grid: tuple[int, int, int], slots: Any) -> None:
@@ -684,8 +700,10 @@ def _direct_launch(fn: Any, pack: Any, launch: Any, pack_block: Any) -> Any:
         total = g0 * g1 * g2
         if total < limit:
             launch(pack_block(g0, g1, g2, *slots))
+        elif runner.inline(total):
+            runner.run_inline(pack_block(g0, g1, g2, *slots), total)
         else:
-            run_grid(fn, pack(*slots), grid)
+            runner.run_pooled(pack(*slots), grid, total)
 
     return direct
 
@@ -747,8 +765,9 @@ class LLVMBackend(Backend):
         used = f"{workers()} threads used (CPU affinity, KDSL_NUM_THREADS)"
         return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {used}"]
 
-    def direct_launcher(self, handle: LLVMHandle):
-        return handle.direct_launch
+    def direct_launcher(self, handle: LLVMHandle) -> DirectLauncher:
+        return DirectLauncher(handle.direct_launch, handle.launch_fn,
+                              handle.packer.block.pack, INLINE_GRID)
 
     def target(self, num_warps: int) -> Target:
         simd = llvm_host.profile()  # the dot micro-kernel's register blocks follow it
@@ -784,11 +803,7 @@ class LLVMBackend(Backend):
 
     def launch(self, handle: LLVMHandle, kernel: L.Kernel, grid: tuple[int, int, int],
                args: list[BoundArg]) -> None:
-        g0, g1, g2 = grid
-        if g0 * g1 * g2 < INLINE_GRID and handle.launch_fn is not None:
-            handle.launch_fn(handle.packer.pack_block(args, grid))
-        else:
-            run_grid(handle.fn, handle.packer.pack(args), grid)
+        handle.run(grid, args)
 
 
 def host_assembly(opt_ir: str) -> str:

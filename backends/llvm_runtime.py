@@ -13,7 +13,10 @@ after a 16-byte header holding the grid (`ArgPacker.block`), one ctypes argument
 The linear program-id range is cut into one chunk per worker of a persistent thread pool (as
 many workers as the process may use CPUs, or `KDSL_NUM_THREADS`); the calling thread runs the
 first chunk itself.  ctypes releases the GIL during the native call,
-so the chunks run in parallel.  Small grids run inline on the calling thread.
+so the chunks run in parallel.  Small grids run inline on the calling thread, and so do the
+grids of a kernel whose measured cost says the whole grid takes less than `POOL_MIN_SECONDS`
+(`GridRunner`): handing chunks to the pool costs tens of microseconds (a queue, a wake-up per
+worker, the GIL passed round), more than a small kernel's whole grid.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ctypes
 import os
 import struct
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -121,6 +125,8 @@ def _count_workers() -> int:
 _WORKERS = _count_workers()  # once per process: reading /sys is far too slow per launch
 #: grids of fewer program ids than this run inline on the calling thread (`run_grid`)
 INLINE_GRID = 2 * _WORKERS if _WORKERS > 1 else 1 << 62
+#: a grid whose measured cost (`GridRunner`) is below this many seconds runs inline
+POOL_MIN_SECONDS = 50e-6
 
 
 def workers() -> int:
@@ -144,8 +150,9 @@ _LIMIT = 1 << 31
 _CHUNKS_PER_WORKER = 4
 
 
-def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
-    """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids).
+def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> float | None:
+    """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids); returns
+    the seconds spent in `fn` summed over the chunks of a pooled launch (None inline).
 
     No exception leaves before every worker has stopped: the caller may free the arrays as
     soon as this returns or raises, so a worker still running would write freed memory.  A
@@ -156,11 +163,11 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
         raise ValueError(f"grid {tuple(grid)}: each dimension must be in [0, 2**31)")
     total = g0 * g1 * g2
     if total == 0:
-        return
+        return None
     n = _WORKERS
     if total < INLINE_GRID:  # small grids: inline, no pool round trip
         fn(packed, 0, total, g0, g1, g2)
-        return
+        return None
     chunks = min(total, n * _CHUNKS_PER_WORKER)
     launch = _Launch(fn, packed, [total * i // chunks for i in range(chunks + 1)], (g0, g1, g2))
     pool = _pool()
@@ -183,6 +190,36 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
             error = error or e
     if error is not None:
         raise error
+    return sum(launch.busy)
+
+
+class GridRunner:
+    """Runs the grids of one compiled kernel that are too big to run inline unseen: inline
+    through the one-argument launch function (`launch`, or None) when the kernel's measured
+    cost per program times the grid is under `POOL_MIN_SECONDS`, else on the pool.  Every
+    such launch measures the cost again (the time spent in the kernel, per program), so a
+    kernel whose arguments make it slower goes back to the pool."""
+
+    __slots__ = ("fn", "launch", "per_program")
+
+    def __init__(self, fn: Any, launch: Any):
+        self.fn, self.launch = fn, launch
+        self.per_program: float | None = None  # seconds, once measured
+
+    def inline(self, total: int) -> bool:
+        """Whether a grid of `total` programs should run inline."""
+        per = self.per_program
+        return self.launch is not None and per is not None and per * total < POOL_MIN_SECONDS
+
+    def run_inline(self, block: bytes, total: int) -> None:
+        t = time.perf_counter()
+        self.launch(block)
+        self.per_program = (time.perf_counter() - t) / total
+
+    def run_pooled(self, packed: bytes, grid: tuple[int, int, int], total: int) -> None:
+        busy = run_grid(self.fn, packed, grid)
+        if busy is not None:
+            self.per_program = busy / total
 
 
 class _Launch:
@@ -195,12 +232,16 @@ class _Launch:
         self.fn, self.packed, self.bounds, self.grid = fn, packed, bounds, grid
         self.next = itertools.count()
         self.cancelled = False
+        self.busy: list[float] = []  # seconds in `fn`, per chunk (list.append is atomic)
 
     def work(self) -> None:
         fn, packed, bounds, (g0, g1, g2) = self.fn, self.packed, self.bounds, self.grid
         last = len(bounds) - 1
+        clock, busy = time.perf_counter, self.busy.append
         while not self.cancelled:
             i = next(self.next)
             if i >= last:
                 return
+            t = clock()
             fn(packed, bounds[i], bounds[i + 1], g0, g1, g2)
+            busy(clock() - t)

@@ -6,8 +6,9 @@ Every case runs a tiny problem (16 elements, grid (1,)) so that the time is the 
 argument classification, the specialisation-cache lookup, argument packing and the native
 call.  Cases are interleaved: each round times `--calls` back-to-back calls of every case in
 turn (the per-call mean of that block), and the table gives the median and the minimum over
-rounds; the machines these run on are shared, so the header prints the CPU model and the load
-average before and after.
+rounds of the wall time and of the process's CPU time (`time.process_time`: on a shared,
+busy machine the wall time also counts the waits for a core, the CPU time does not); the
+header prints the CPU model and the load average before and after.
 
 Cases (llvm backend):
   kdsl plain            `add[(1,)](x, y, out, 16, BLOCK=16)`: NumPy arrays and ints by
@@ -108,18 +109,22 @@ def check() -> None:
                                rtol=1e-5)
 
 
-def run(rounds: int, calls: int, only: list[str] | None) -> dict[str, list[float]]:
+def run(rounds: int, calls: int, only: list[str] | None
+        ) -> dict[str, dict[str, list[float]]]:
+    """{case: {"wall": [us per call, per round], "cpu": [...]}}."""
     todo = {k: f for k, f in cases().items() if not only or any(o in k for o in only)}
     for f in todo.values():  # compile and warm every case first
         for _ in range(50):
             f()
-    times: dict[str, list[float]] = {k: [] for k in todo}
+    times: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in todo}
     for _ in range(rounds):
         for name, f in todo.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(calls):
                 f()
-            times[name].append((time.perf_counter() - t0) / calls * 1e6)
+            c1, t1 = time.process_time(), time.perf_counter()
+            times[name]["wall"].append((t1 - t0) / calls * 1e6)
+            times[name]["cpu"].append((c1 - c0) / calls * 1e6)
     return times
 
 
@@ -135,10 +140,12 @@ def main() -> None:
     times = run(o.rounds, o.calls, [s for s in o.only.split(",") if s] or None)
     print(f"after: {load_line()}")
     print(f"\n{o.rounds} interleaved rounds of {o.calls} calls; microseconds per call\n")
-    print("| case | median us | min us |")
-    print("| --- | ---: | ---: |")
+    print("| case | wall median us | wall min us | CPU median us | CPU min us |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for name, ts in times.items():
-        print(f"| {name} | {statistics.median(ts):.2f} | {min(ts):.2f} |")
+        w, c = ts["wall"], ts["cpu"]
+        print(f"| {name} | {statistics.median(w):.2f} | {min(w):.2f} | "
+              f"{statistics.median(c):.2f} | {min(c):.2f} |")
     if o.json:
         with open(o.json, "w") as f:
             json.dump(times, f, indent=1)

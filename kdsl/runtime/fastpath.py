@@ -148,19 +148,16 @@ def _bind_code(sig: Any, k: int, ns: dict[str, Any]) -> list[str]:
     elif k:
         lines.append(f"{', '.join(names[:k])} = _kd_args")
     rest = sig.params[k:]
-    if rest:
-        lines.append("_kd_f = 0")
+    required = [p for p in rest if p.default is _MISSING]
+    lines.append(f"_kd_f = {len(required)}")  # each one present, or the full path says so
     for i, p in enumerate(rest, start=k):
         lines += [f"{p.name} = _kd_kw.get({p.name!r}, _kd_M)",
                   f"if {p.name} is _kd_M:"]
         if p.default is _MISSING:
-            lines.append("    " + _SLOW)  # missing
+            lines.append("    " + _SLOW)  # missing: the full binder says so
         else:
             ns[f"_kd_d{i}"] = p.default
-            lines.append(f"    {p.name} = _kd_d{i}")
-        lines += ["else:", "    _kd_f += 1"]
-    if not rest:
-        lines.append("_kd_f = 0")
+            lines += [f"    {p.name} = _kd_d{i}", "else:", "    _kd_f += 1"]
     return lines
 
 
@@ -202,7 +199,7 @@ def source(jit: Any) -> tuple[str, dict[str, Any]] | None:
         bind += ["    " + ln for ln in _bind_code(sig, k, ns)]
     bind += ["else:", "    " + _SLOW]  # too many
     env = [f"_kd_env(_kd_e{k})" for k in range(len(_ENV))]
-    slot_tuple = "(" + "".join(f"{s}, " for s in slots) + ")"
+    slot_list = "".join(f"{s}, " for s in slots)
     meta = "{" + ", ".join(f"{n!r}: {n}" for n in sig.names) + "}"
     lines = [f"def {jit.__name__}(_kd_grid, *_kd_args, **_kd_kw):",
              "    if _kd_observers:",  # launches recorded by the tools: the full path
@@ -216,27 +213,28 @@ def source(jit: Any) -> tuple[str, dict[str, Any]] | None:
         "    else:",
         "        _kd_o = ()",
         f"    _kd_key = ({', '.join(env + ['_kd_o'] + key)},)",
-        f"    _kd_slots = {slot_tuple}",
         "    try:",
         "        _kd_hit = _kd_table.get(_kd_key)",
         "    except TypeError:",  # an unhashable constexpr or option: the full path explains
         "        " + _SLOW,
         "    if _kd_hit is None:",
-        "        return _kd_slow(_kd_grid, _kd_args, _kd_kw, (_kd_key, _kd_slots))",
+        f"        return _kd_slow(_kd_grid, _kd_args, _kd_kw, (_kd_key, ({slot_list})))",
         "    if _kd_self._globals:",
         "        _kd_self._check_globals()",
         "    _kd_g = _kd_grid",
-        "    if type(_kd_g) is tuple and len(_kd_g) == 1 and type(_kd_g[0]) is int \\",
-        "            and 0 < _kd_g[0] <= 2147483647:",
-        "        _kd_g = (_kd_g[0], 1, 1)",
-        "    else:",
-        "        try:",
-        "            if callable(_kd_g):",
-        f"                _kd_g = _kd_g({meta})",
-        "            _kd_g = _kd_grid3(_kd_g)",
-        "        except Exception:",  # the full path raises the grid's precise error
-        "            " + _SLOW,
-        "    _kd_hit[1](_kd_g, _kd_slots)",
+        # a 1-D grid small enough to run inline: pack and call, nothing in between
+        "    if type(_kd_g) is tuple and len(_kd_g) == 1:",
+        "        _kd_g0 = _kd_g[0]",
+        "        if type(_kd_g0) is int and 0 < _kd_g0 < _kd_hit[4]:",
+        f"            _kd_hit[2](_kd_hit[3](_kd_g0, 1, 1, {slot_list}))",
+        "            return _kd_hit[0]",
+        "    try:",
+        "        if callable(_kd_g):",
+        f"            _kd_g = _kd_g({meta})",
+        "        _kd_g = _kd_grid3(_kd_g)",
+        "    except Exception:",  # the full path raises the grid's precise error
+        "        " + _SLOW,
+        f"    _kd_hit[1](_kd_g, ({slot_list}))",
         "    return _kd_hit[0]",
     ]
     get, keys = _env_reader()
@@ -265,6 +263,33 @@ def build(jit: Any) -> tuple[Callable[..., Any] | None, str | None]:
     return ns[jit.__name__], text
 
 
+def entry(ck: Any, direct: Any, keep: Sequence[int], n_runtime: int) -> tuple:
+    """The fast table's value for a compiled kernel: (ck, launch(grid, slots), call, pack,
+    inline limit) from the backend's `DirectLauncher`; `keep` are the runtime-parameter
+    positions the kernel takes (fewer than `n_runtime` when some are None or the constant 1:
+    its launcher then picks the others, and the inline form is not used)."""
+    limit = min(direct.inline_limit, 1 << 31) if direct.call is not None else 0
+    if len(keep) == n_runtime:
+        return ck, direct.launch, direct.call, direct.pack, limit
+    pack = _picking_pack(direct.pack, tuple(keep), n_runtime) if limit else None
+    return ck, picking(direct.launch, keep), direct.call, pack, limit
+
+
+_PICKERS: dict[tuple[tuple[int, ...], int], Callable[..., Any]] = {}
+
+
+def _picking_pack(pack: Callable[..., Any], keep: tuple[int, ...], n: int) -> Callable[..., Any]:
+    """`pack(g0, g1, g2, *slots)` taking all `n` slots and packing those at `keep`: a lambda
+    generated once per (keep, n), so that the inline form keeps to two calls and a frame."""
+    make = _PICKERS.get((keep, n))
+    if make is None:
+        names = [f"s{i}" for i in range(n)]
+        text = (f"lambda pack: lambda g0, g1, g2, {', '.join(names)}: "
+                f"pack(g0, g1, g2, {''.join(names[k] + ', ' for k in keep)})")
+        make = _PICKERS[(keep, n)] = eval(text)  # (text made above from ints)
+    return make(pack)
+
+
 def picking(launch: Callable[[tuple, Sequence], None], keep: Sequence[int]
             ) -> Callable[[tuple, Sequence], None]:
     """`launch` given only the slots at positions `keep` (a kernel compiled without some of
@@ -279,4 +304,4 @@ def picking(launch: Callable[[tuple, Sequence], None], keep: Sequence[int]
     return lambda grid, slots: launch(grid, pick(slots))
 
 
-__all__ = ["BOOL", "FLOAT", "INT", "NONE", "ONE", "build", "picking", "source"]
+__all__ = ["BOOL", "FLOAT", "INT", "NONE", "ONE", "build", "entry", "picking", "source"]

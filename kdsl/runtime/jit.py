@@ -167,9 +167,10 @@ class JITFunction:
         self.default_num_warps = num_warps
         self.default_backend = backend
         self.default_fast_math = bool(fast_math)
-        # the fast launch path (fastpath.py): argument classes -> (CompiledKernel, direct
-        # launcher); any change of the memory cache but a compile's own entry clears it
-        self._fast: dict[tuple, tuple[CompiledKernel, Callable]] = {}
+        # the fast launch path (fastpath.py): argument classes -> `fastpath.entry` (the
+        # CompiledKernel and how to launch it); any change of the memory cache but a
+        # compile's own entry clears it
+        self._fast: dict[tuple, tuple] = {}
         self._cache: dict[tuple, CompiledKernel] = _SpecCache(self._fast)
         self._fast_fn: Callable | None = None  # built by the first `kernel[grid]`
         self._fast_source: str | None = None
@@ -314,16 +315,14 @@ class JITFunction:
         """Remember a launch the fast function can repeat (its backend has a direct launcher).
         Slots of runtime parameters the compiled kernel does not take (None, the constant 1)
         are left out by a picking launcher."""
-        launch = ck.backend_obj.direct_launcher(ck._handle)
-        if launch is None:
+        direct = ck.backend_obj.direct_launcher(ck._handle)
+        if direct is None:
             return
+        from .fastpath import entry
+
         keep = [j for j, (s, one) in enumerate(zip(key[K_SIGS], key[K_ONE]))
                 if s != "constexpr" and not one]
-        if len(keep) != self._n_runtime:
-            from .fastpath import picking
-
-            launch = picking(launch, keep)
-        self._fast[fast_key] = (ck, launch)
+        self._fast[fast_key] = entry(ck, direct, keep, self._n_runtime)
 
     def compile(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
                 check: bool | None = None, fast_math: bool | None = None,
