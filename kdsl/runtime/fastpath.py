@@ -1,38 +1,40 @@
 """The launch fast path: one generated Python function per kernel (`build`).
 
-`kernel[grid](...)` first calls the kernel's fast function.  It has the kernel's own parameter
-list (Python binds positional, keyword and default arguments natively) plus `**options` for the
-launch keywords, and classifies every argument by exactly what the full launch path
-(`JITFunction._specialise`) specialises on, in straight-line code made for this signature:
+`kernel[grid]` is `functools.partial(fast, grid)` (kdsl/runtime/jit.py), so a launch enters
+the kernel's fast function with no Python frame in between.  The function takes
+`(grid, *args, **kwargs)`, binds them in straight-line code made for the kernel's signature
+(one branch per count of positional arguments; defaults; anything it cannot bind goes to the
+full path, whose binder words the error), and classifies every argument by exactly what the
+full launch path (`JITFunction._specialise`) specialises on:
 
     NumPy array (C-contiguous, writable, non-empty)  dtype, 16-byte alignment; slot: address
-    Python int in int32                               `== 1` (unless do_not_specialize: no
-                                                      slot, the kernel has the constant 1) or
+    Python int in int32                               `== 1` (unless do_not_specialize: the
+                                                      kernel has the constant 1) or
                                                       `% 16 == 0`; slot: the value
     Python float in float32 range, bool               the type; slot: the value
-    None                                              a compile-time None; no slot
+    None                                              a compile-time None
     float64-annotated parameter (int or float)        slot: float(value)
     constexpr                                         its type and value
 
-together with the launch options given (name, value pairs, in call order) and the raw values
-of KDSL_BACKEND, KDSL_CHECK, KDSL_POISON and KDSL_DEBUG.  That tuple is looked up in
-`JITFunction._fast`, filled by the full path after each successful launch whose backend has a
-direct launcher (`Backend.direct_launcher`, the llvm backend's pack-and-call); a hit launches
-there and returns the `CompiledKernel`.  Anything else returns None (not classifiable: another
-argument type, a read-only or strided array, an int outside int32, NaN, a `kd.constexpr(...)`
-wrapper) or `(key, slots)` (classified, not in the table yet), and the full path runs: it
-raises the precise errors, and records the entry after a launch that may be repeated this way
-(not checked, not poisoned).  Binding errors (a missing argument) are TypeErrors of the call
-itself; the caller catches them and runs the full binder, which words them.
+together with the other keywords given (launch options, in call order) and the raw values of
+KDSL_BACKEND, KDSL_CHECK, KDSL_POISON and KDSL_DEBUG.  That tuple is looked up in
+`JITFunction._fast`, filled by the full path after each launch it may repeat (not checked,
+not poisoned, on a backend with a `DirectLauncher`: the llvm backend's pack-and-call).  A hit
+launches there (a small 1-D grid as `call(pack(g0, 1, 1, *slots))`, two calls) and returns
+the `CompiledKernel`.  Anything else takes the full path with the call's own arguments:
+another argument type, a read-only or strided array, an int outside int32, NaN, a
+`kd.constexpr(...)` wrapper, a poisoned launch, an observed one (`record_launches`), or a key
+not in the table yet (then the full path records it).
 
-A parameter's slot is in `slots` at its runtime-parameter position whatever its value; a
-compiled kernel without that parameter (None, `== 1`) gets a launcher that picks the others
-(`picking`).  The generated text is kept in `JITFunction._fast_source` for reading.
+Every runtime parameter has a slot at its position whatever its value; a kernel compiled
+without some of them (None, `== 1`) gets launchers that pick the others (`entry`).  The
+generated text is kept in `JITFunction._fast_source` for reading.
 """
 
 from __future__ import annotations
 
 import ctypes
+import keyword
 import operator
 import os
 from collections.abc import Callable, Sequence
@@ -201,7 +203,7 @@ def source(jit: Any) -> tuple[str, dict[str, Any]] | None:
     env = [f"_kd_env(_kd_e{k})" for k in range(len(_ENV))]
     slot_list = "".join(f"{s}, " for s in slots)
     meta = "{" + ", ".join(f"{n!r}: {n}" for n in sig.names) + "}"
-    lines = [f"def {jit.__name__}(_kd_grid, *_kd_args, **_kd_kw):",
+    lines = [f"def {_def_name(jit)}(_kd_grid, *_kd_args, **_kd_kw):",
              "    if _kd_observers:",  # launches recorded by the tools: the full path
              "        " + _SLOW]
     lines += ["    " + ln for ln in bind + body]
@@ -253,6 +255,13 @@ def source(jit: Any) -> tuple[str, dict[str, Any]] | None:
     return "\n".join(lines) + "\n", ns
 
 
+def _def_name(jit: Any) -> str:
+    """The generated function's name: the kernel's (tracebacks read well), when it can be."""
+    name = jit.__name__
+    ok = name.isidentifier() and not keyword.iskeyword(name) and not name.startswith(_PREFIX)
+    return name if ok else "fast_launch"
+
+
 def build(jit: Any) -> tuple[Callable[..., Any] | None, str | None]:
     """(fast function, its text) for `jit`, or (None, None)."""
     made = source(jit)
@@ -260,7 +269,7 @@ def build(jit: Any) -> tuple[Callable[..., Any] | None, str | None]:
         return None, None
     text, ns = made
     exec(compile(text, f"<kdsl fast launch of {jit.__name__}>", "exec"), ns)  # noqa: S102
-    return ns[jit.__name__], text
+    return ns[_def_name(jit)], text
 
 
 def entry(ck: Any, direct: Any, keep: Sequence[int], n_runtime: int) -> tuple:
