@@ -151,8 +151,9 @@ _CHUNKS_PER_WORKER = 4
 
 
 def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> float | None:
-    """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids); returns
-    the seconds spent in `fn` summed over the chunks of a pooled launch (None inline).
+    """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids); returns,
+    for a pooled launch, the CPU seconds the whole grid would take on one thread at the rate
+    of its cheapest chunk (None inline).
 
     No exception leaves before every worker has stopped: the caller may free the arrays as
     soon as this returns or raises, so a worker still running would write freed memory.  A
@@ -190,21 +191,26 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> float | None
             error = error or e
     if error is not None:
         raise error
-    return sum(launch.busy)
+    # the cheapest chunk's rate, over the whole grid: what the grid would cost inline (each
+    # chunk also pays a call and a GIL hand-over, which inline pays once)
+    return min(launch.busy) * total if launch.busy else None
 
 
 class GridRunner:
     """Runs the grids of one compiled kernel that are too big to run inline unseen: inline
     through the one-argument launch function (`launch`, or None) when the kernel's measured
-    cost per program times the grid is under `POOL_MIN_SECONDS`, else on the pool.  Every
-    such launch measures the cost again (the time spent in the kernel, per program), so a
-    kernel whose arguments make it slower goes back to the pool."""
+    cost per program times the grid is under `POOL_MIN_SECONDS`, else on the pool.  The cost
+    is the CPU time of the threads running the kernel (`time.thread_time`: waits for the GIL
+    or for a core on a busy machine do not count), measured on every pooled launch and on
+    every 16th inline one, so a kernel whose arguments make it slower goes back to the
+    pool."""
 
-    __slots__ = ("fn", "launch", "per_program")
+    __slots__ = ("fn", "launch", "per_program", "runs")
 
     def __init__(self, fn: Any, launch: Any):
         self.fn, self.launch = fn, launch
         self.per_program: float | None = None  # seconds, once measured
+        self.runs = 0
 
     def inline(self, total: int) -> bool:
         """Whether a grid of `total` programs should run inline."""
@@ -212,14 +218,18 @@ class GridRunner:
         return self.launch is not None and per is not None and per * total < POOL_MIN_SECONDS
 
     def run_inline(self, block: bytes, total: int) -> None:
-        t = time.perf_counter()
+        self.runs += 1
+        if self.runs & 15:
+            self.launch(block)
+            return
+        t = time.thread_time()
         self.launch(block)
-        self.per_program = (time.perf_counter() - t) / total
+        self.per_program = (time.thread_time() - t) / total
 
     def run_pooled(self, packed: bytes, grid: tuple[int, int, int], total: int) -> None:
-        busy = run_grid(self.fn, packed, grid)
-        if busy is not None:
-            self.per_program = busy / total
+        alone = run_grid(self.fn, packed, grid)
+        if alone is not None:
+            self.per_program = alone / total
 
 
 class _Launch:
@@ -232,16 +242,17 @@ class _Launch:
         self.fn, self.packed, self.bounds, self.grid = fn, packed, bounds, grid
         self.next = itertools.count()
         self.cancelled = False
-        self.busy: list[float] = []  # seconds in `fn`, per chunk (list.append is atomic)
+        self.busy: list[float] = []  # CPU seconds in `fn` per program, per chunk (append
+        # is atomic)
 
     def work(self) -> None:
         fn, packed, bounds, (g0, g1, g2) = self.fn, self.packed, self.bounds, self.grid
         last = len(bounds) - 1
-        clock, busy = time.perf_counter, self.busy.append
+        clock, busy = time.thread_time, self.busy.append  # (this thread's CPU time)
         while not self.cancelled:
             i = next(self.next)
             if i >= last:
                 return
             t = clock()
             fn(packed, bounds[i], bounds[i + 1], g0, g1, g2)
-            busy(clock() - t)
+            busy((clock() - t) / (bounds[i + 1] - bounds[i]))

@@ -186,11 +186,15 @@ def test_cheap_grids_run_inline_after_a_measurement():
     k = kd.jit(axpy)
     n = 64 * 32
     x, y, o = arrays(n)
-    ck = k[(64,)](x, y, o, n, 2.0, BLOCK=32)
-    runner = ck.handle.runner
     if llvm_runtime.INLINE_GRID > 64:
         pytest.skip("one worker: every grid runs inline")
+    ck = k[(64,)](x, y, o, n, 2.0, BLOCK=32)
+    runner = ck.handle.runner
     assert runner.per_program is not None  # measured on the pool
+    for _ in range(3):  # (the first launch runs cold: page faults, caches)
+        if runner.inline(64):
+            break
+        k[(64,)](x, y, o, n, 2.0, BLOCK=32)
     assert runner.inline(64)  # 64 programs of 32 elements: far under POOL_MIN_SECONDS
     k[(64,)](x, y, o, n, 3.0, BLOCK=32)
     np.testing.assert_array_equal(o, 3 * x + 1)
