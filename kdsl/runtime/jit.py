@@ -524,7 +524,8 @@ class JITFunction:
             self._globals.clear()
         options = CompileOptions(num_warps=num_warps, num_stages=num_stages, check=bool(check),
                                  debug=bool(debug), fast_math=bool(fast), multiple_of_16=aligned,
-                                 equal_to_1=ones, **dict(opts))  # the code-changing launch options (maxnreg)
+                                 equal_to_1=ones,
+                                 **dict(opts))  # the code-changing launch options (maxnreg)
         with recording() as read:
             ck = cached_compile(self, arg_types, constexprs, be, options,
                                 sources=self.identity(), spec=spec, version=__version__,
