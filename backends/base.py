@@ -85,6 +85,25 @@ class Timer:
         return dt, dt
 
 
+@dataclass(frozen=True)
+class DirectLauncher:
+    """How the launch fast path (kdsl/runtime/fastpath.py) runs one built kernel, skipping
+    `BoundArg`s.  `slots` are the runtime arguments in parameter order, NumPy array addresses
+    and scalar values already classified and range-checked by the caller.
+
+    launch(grid, slots)   any normalised grid
+    call(pack(g0, g1, g2, *slots))
+                          the same for a grid of fewer than `inline_limit` programs, in two
+                          calls the fast path makes itself (no Python frame of the backend's
+                          in between); `call` None: `launch` only
+    """
+
+    launch: Callable[[tuple[int, int, int], Any], None]
+    call: Callable[[Any], Any] | None = None
+    pack: Callable[..., Any] | None = None
+    inline_limit: int = 0
+
+
 class Backend(ABC):
     """One code generator + device.  Subclasses are registered in `backends/__init__.py`."""
 
@@ -169,10 +188,8 @@ class Backend(ABC):
         implements `enqueue` instead and the runtime calls it."""
         raise NotImplementedError(f"backend {self.name!r} launches through enqueue()")
 
-    def direct_launcher(self, handle: Any) -> Callable[[tuple[int, int, int], list], None] | None:
-        """The launch fast path of plain launches (kdsl/runtime/jit.py), or None: a callable
-        `(grid, slots)` where `slots` are the runtime arguments in parameter order, NumPy
-        array addresses and scalar values already classified and range-checked."""
+    def direct_launcher(self, handle: Any) -> DirectLauncher | None:
+        """The launch fast path (kdsl/runtime/fastpath.py) of a built kernel, or None."""
         return None
 
     def check_launch(self, kernel: loop.Kernel, grid: tuple[int, int, int]) -> None:

@@ -7,6 +7,10 @@ LLVM's loop vectoriser turns into SIMD code for the host CPU.  Layout of the gen
   @<name>_grid(ptr args, i64 start, i64 end, i32 g0, i32 g1, i32 g2)
       loads each parameter from its 8-byte slot of `args`, then runs the body for the linear
       program ids [start, end) (pid0 fastest).
+  @<name>_launch(ptr block)
+      the whole grid: `<name>_grid(block + 16, 0, g0*g1*g2, g0, g1, g2)` with the grid in a
+      16-byte header (i32 g0, g1, g2, padding) and the slots after it: one pointer argument,
+      which ctypes passes in a fifth of the time of six (small grids, `llvm_runtime.py`).
 
 `backends/llvm_runtime.py` packs the argument slots and spreads chunks of program ids over a
 thread pool.  Every Loop IR variable is an alloca in the entry block (SROA/mem2reg promote
@@ -27,9 +31,9 @@ from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
 from . import llvm_atomics, llvm_debug, llvm_host
-from .base import Backend, BoundArg
+from .base import Backend, BoundArg, DirectLauncher
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
-from .llvm_runtime import GRID_FN, ArgPacker, run_grid, workers
+from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, GridRunner, workers
 from .llvm_types import F16, I1, I8, I16, I32, I64, PTR, mem_type, reg_type
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -529,7 +533,7 @@ class _Nothing:
         return False
 
 
-def _emit_grid(kernel: L.Kernel, module: ir.Module, body: ir.Function) -> None:
+def _emit_grid(kernel: L.Kernel, module: ir.Module, body: ir.Function) -> ir.Function:
     """`void <name>_grid(ptr args, i64 start, i64 end, i32 g0, i32 g1, i32 g2)`."""
     fty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I32, I32, I32])
     fn = ir.Function(module, fty, f"{kernel.name}_grid")
@@ -562,6 +566,22 @@ def _emit_grid(kernel: L.Kernel, module: ir.Module, body: ir.Function) -> None:
     b.branch(head)
     b.position_at_end(done)
     b.ret_void()
+    return fn
+
+
+def _emit_launch(kernel: L.Kernel, module: ir.Module, grid: ir.Function) -> None:
+    """`void <name>_launch(ptr block)`: `<name>_grid(block + 16, 0, g0*g1*g2, g0, g1, g2)`,
+    the header {i32 g0, g1, g2, padding} at the block's start."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{kernel.name}_launch")
+    block = fn.args[0]
+    block.name = "block"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    g = [b.load(b.gep(block, [ir.Constant(I64, 4 * i)], source_etype=I8), typ=I32, align=4,
+                name=f"g{i}") for i in range(3)]
+    total = b.mul(b.mul(b.zext(g[0], I64), b.zext(g[1], I64)), b.zext(g[2], I64), name="total")
+    args = b.gep(block, [ir.Constant(I64, 16)], source_etype=I8, name="args")
+    b.call(grid, [args, ir.Constant(I64, 0), total] + g)
+    b.ret_void()
 
 
 def generate_module(kernel: L.Kernel) -> ir.Module:
@@ -570,7 +590,7 @@ def generate_module(kernel: L.Kernel) -> ir.Module:
     module = ir.Module(name=kernel.name)
     module.triple = _llvm().get_process_triple()
     body = _FnEmitter(kernel, module, MathLib(module)).emit()
-    _emit_grid(kernel, module, body)
+    _emit_launch(kernel, module, _emit_grid(kernel, module, body))
     llvm_host.apply(module, llvm_host.profile())  # prefer-vector-width (llvm_host.py)
     return module
 
@@ -654,20 +674,54 @@ def _optimise(source: str) -> str:
 
 
 class LLVMHandle:
-    """A JIT-compiled kernel: the engine (kept alive) and the grid function."""
+    """A JIT-compiled kernel: the engine (kept alive), the grid function and the one-argument
+    launch function (None in a module compiled without it)."""
 
-    def __init__(self, engine: Any, fn: Any, opt_ir: str, kernel: L.Kernel):
+    def __init__(self, engine: Any, fn: Any, opt_ir: str, kernel: L.Kernel,
+                 launch: Any = None):
         self.engine = engine
         self.fn = fn
         self.opt_ir = opt_ir
         self.packer = ArgPacker(kernel)
         self._pack = self.packer.struct.pack
+        self.launch_fn = launch
+        self.runner = GridRunner(fn, launch)
+        self.direct_launch = _direct_launch(self.runner, self._pack, self.packer.block.pack)
 
-    def direct_launch(self, grid: tuple[int, int, int], slots: list[Any]) -> None:
-        """The launch fast path (kdsl/runtime/jit.py): `slots` are the runtime arguments in
-        parameter order, array addresses and scalar values already classified and
-        range-checked by the caller."""
-        run_grid(self.fn, self._pack(*slots), grid)
+    def run(self, grid: tuple[int, int, int], args: list[BoundArg]) -> None:
+        """Launch on bound arguments: small grids inline, others as `GridRunner` says."""
+        g0, g1, g2 = grid
+        total = g0 * g1 * g2
+        runner = self.runner
+        if self.launch_fn is not None and (total < INLINE_GRID or runner.inline(total)):
+            block = self.packer.pack_block(args, grid)
+            if total < INLINE_GRID:
+                self.launch_fn(block)
+            else:
+                runner.run_inline(block, total)
+        else:
+            runner.run_pooled(self.packer.pack(args), grid, total)
+
+
+def _direct_launch(runner: GridRunner, pack: Any, pack_block: Any) -> Any:
+    """The launch fast path of one kernel (kdsl/runtime/fastpath.py): `direct(grid, slots)`
+    with `slots` the runtime arguments in parameter order, array addresses and scalar values
+    already classified and range-checked by the caller, and `grid` normalised.  (A closure:
+    every name the common case reads is a local.)"""
+    launch = runner.launch
+    limit = INLINE_GRID if launch is not None else 0
+
+    def direct(grid: tuple[int, int, int], slots: Any) -> None:
+        g0, g1, g2 = grid
+        total = g0 * g1 * g2
+        if total < limit:
+            launch(pack_block(g0, g1, g2, *slots))
+        elif runner.inline(total):
+            runner.run_inline(pack_block(g0, g1, g2, *slots), total)
+        else:
+            runner.run_pooled(pack(*slots), grid, total)
+
+    return direct
 
 
 def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
@@ -677,9 +731,10 @@ def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine(llvm))
         engine.finalize_object()
         addr = engine.get_function_address(f"{kernel.name}_grid")
+        one = engine.get_function_address(f"{kernel.name}_launch")
     if not addr:
         raise RuntimeError(f"llvm backend: {kernel.name}_grid not found in the JIT module")
-    return LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel)
+    return LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel, LAUNCH_FN(one) if one else None)
 
 
 @lru_cache(maxsize=1)
@@ -726,8 +781,9 @@ class LLVMBackend(Backend):
         used = f"{workers()} threads used (CPU affinity, KDSL_NUM_THREADS)"
         return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {used}"]
 
-    def direct_launcher(self, handle: LLVMHandle):
-        return handle.direct_launch
+    def direct_launcher(self, handle: LLVMHandle) -> DirectLauncher:
+        return DirectLauncher(handle.direct_launch, handle.launch_fn,
+                              handle.packer.block.pack, INLINE_GRID)
 
     def target(self, num_warps: int) -> Target:
         simd = llvm_host.profile()  # the dot micro-kernel's register blocks follow it
@@ -763,7 +819,7 @@ class LLVMBackend(Backend):
 
     def launch(self, handle: LLVMHandle, kernel: L.Kernel, grid: tuple[int, int, int],
                args: list[BoundArg]) -> None:
-        run_grid(handle.fn, handle.packer.pack(args), grid)
+        handle.run(grid, args)
 
 
 def host_assembly(opt_ir: str) -> str:

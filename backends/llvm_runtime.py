@@ -6,10 +6,17 @@ block is packed with one precompiled `struct.Struct` per kernel: a few hundred n
 one data-pointer lookup per array.  Each call gets its own immutable `bytes` block, so
 concurrent launches of one kernel from several Python threads are safe.
 
+A grid too small for the pool runs through `<name>_launch(block)` instead: the same slots
+after a 16-byte header holding the grid (`ArgPacker.block`), one ctypes argument instead of six
+(a ctypes call costs about 0.2 us plus 0.15 us per argument converted).
+
 The linear program-id range is cut into one chunk per worker of a persistent thread pool (as
 many workers as the process may use CPUs, or `KDSL_NUM_THREADS`); the calling thread runs the
 first chunk itself.  ctypes releases the GIL during the native call,
-so the chunks run in parallel.  Small grids run inline on the calling thread.
+so the chunks run in parallel.  Small grids run inline on the calling thread, and so do the
+grids of a kernel whose measured cost says the whole grid takes less than `POOL_MIN_SECONDS`
+(`GridRunner`): handing chunks to the pool costs tens of microseconds (a queue, a wake-up per
+worker, the GIL passed round), more than a small kernel's whole grid.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import ctypes
 import os
 import struct
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,6 +37,10 @@ from .base import BoundArg
 # void <name>_grid(const char *args, int64 start, int64 end, int32 g0, int32 g1, int32 g2)
 GRID_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
                            ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)
+
+# void <name>_launch(const char *block): header {int32 g0, g1, g2; padding} + args
+LAUNCH_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+_HEADER = "iii4x"
 
 # struct code of each scalar type, padded to an 8-byte slot (float16/bfloat16 travel as float32)
 _SLOT = {"int1": "?7x", "int8": "b7x", "int16": "h6x", "int32": "i4x", "int64": "q",
@@ -59,14 +71,23 @@ class ArgPacker:
             self.is_ptr.append(ptr)
             codes.append("Q" if ptr else _SLOT[p.dtype.name])
         self.struct = struct.Struct("=" + "".join(codes))
+        #: the launch block: header (g0, g1, g2) then the slots
+        self.block = struct.Struct("=" + _HEADER + "".join(codes))
         self.names = [p.name for p in kernel.params]
 
     def pack(self, args: list[BoundArg]) -> bytes:
+        return self._pack(self.struct, (), args)
+
+    def pack_block(self, args: list[BoundArg], grid: tuple[int, int, int]) -> bytes:
+        """The block of `<name>_launch`: all of `grid` in one call."""
+        return self._pack(self.block, tuple(grid), args)
+
+    def _pack(self, st: struct.Struct, head: tuple, args: list[BoundArg]) -> bytes:
         if len(args) != len(self.is_ptr):
             raise TypeError(f"expected {len(self.is_ptr)} arguments, got {len(args)}")
         try:
-            return self.struct.pack(*[(a.address or _address(a.host)) if p else a.value
-                                      for p, a in zip(self.is_ptr, args)])
+            return st.pack(*head, *[(a.address or _address(a.host)) if p else a.value
+                                    for p, a in zip(self.is_ptr, args)])
         except (TypeError, AttributeError):
             for p, a in zip(self.is_ptr, args):
                 if p and a.host is None:
@@ -102,6 +123,10 @@ def _count_workers() -> int:
 
 
 _WORKERS = _count_workers()  # once per process: reading /sys is far too slow per launch
+#: grids of fewer program ids than this run inline on the calling thread (`run_grid`)
+INLINE_GRID = 2 * _WORKERS if _WORKERS > 1 else 1 << 62
+#: a grid whose measured cost (`GridRunner`) is below this many seconds runs inline
+POOL_MIN_SECONDS = 50e-6
 
 
 def workers() -> int:
@@ -125,8 +150,10 @@ _LIMIT = 1 << 31
 _CHUNKS_PER_WORKER = 4
 
 
-def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
-    """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids).
+def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> float | None:
+    """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids); returns,
+    for a pooled launch, the CPU seconds the whole grid would take on one thread at the rate
+    of its cheapest chunk (None inline).
 
     No exception leaves before every worker has stopped: the caller may free the arrays as
     soon as this returns or raises, so a worker still running would write freed memory.  A
@@ -137,11 +164,11 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
         raise ValueError(f"grid {tuple(grid)}: each dimension must be in [0, 2**31)")
     total = g0 * g1 * g2
     if total == 0:
-        return
+        return None
     n = _WORKERS
-    if total < 2 * n or n == 1:  # small grids: inline, no pool round trip
+    if total < INLINE_GRID:  # small grids: inline, no pool round trip
         fn(packed, 0, total, g0, g1, g2)
-        return
+        return None
     chunks = min(total, n * _CHUNKS_PER_WORKER)
     launch = _Launch(fn, packed, [total * i // chunks for i in range(chunks + 1)], (g0, g1, g2))
     pool = _pool()
@@ -164,6 +191,45 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> None:
             error = error or e
     if error is not None:
         raise error
+    # the cheapest chunk's rate, over the whole grid: what the grid would cost inline (each
+    # chunk also pays a call and a GIL hand-over, which inline pays once)
+    return min(launch.busy) * total if launch.busy else None
+
+
+class GridRunner:
+    """Runs the grids of one compiled kernel that are too big to run inline unseen: inline
+    through the one-argument launch function (`launch`, or None) when the kernel's measured
+    cost per program times the grid is under `POOL_MIN_SECONDS`, else on the pool.  The cost
+    is the CPU time of the threads running the kernel (`time.thread_time`: waits for the GIL
+    or for a core on a busy machine do not count), measured on every pooled launch and on
+    every 16th inline one, so a kernel whose arguments make it slower goes back to the
+    pool."""
+
+    __slots__ = ("fn", "launch", "per_program", "runs")
+
+    def __init__(self, fn: Any, launch: Any):
+        self.fn, self.launch = fn, launch
+        self.per_program: float | None = None  # seconds, once measured
+        self.runs = 0
+
+    def inline(self, total: int) -> bool:
+        """Whether a grid of `total` programs should run inline."""
+        per = self.per_program
+        return self.launch is not None and per is not None and per * total < POOL_MIN_SECONDS
+
+    def run_inline(self, block: bytes, total: int) -> None:
+        self.runs += 1
+        if self.runs & 15:
+            self.launch(block)
+            return
+        t = time.thread_time()
+        self.launch(block)
+        self.per_program = (time.thread_time() - t) / total
+
+    def run_pooled(self, packed: bytes, grid: tuple[int, int, int], total: int) -> None:
+        alone = run_grid(self.fn, packed, grid)
+        if alone is not None:
+            self.per_program = alone / total
 
 
 class _Launch:
@@ -176,12 +242,17 @@ class _Launch:
         self.fn, self.packed, self.bounds, self.grid = fn, packed, bounds, grid
         self.next = itertools.count()
         self.cancelled = False
+        self.busy: list[float] = []  # CPU seconds in `fn` per program, per chunk (append
+        # is atomic)
 
     def work(self) -> None:
         fn, packed, bounds, (g0, g1, g2) = self.fn, self.packed, self.bounds, self.grid
         last = len(bounds) - 1
+        clock, busy = time.thread_time, self.busy.append  # (this thread's CPU time)
         while not self.cancelled:
             i = next(self.next)
             if i >= last:
                 return
+            t = clock()
             fn(packed, bounds[i], bounds[i + 1], g0, g1, g2)
+            busy((clock() - t) / (bounds[i + 1] - bounds[i]))

@@ -28,6 +28,10 @@ class CompileOptions:
     multiple_of_16  runtime parameters whose value (a pointer's address in bytes, or an int) is a
                     multiple of 16 at this launch, as Triton specialises; the vector analysis
                     uses it (kdsl/lowering/vector.py).
+    equal_to_1      runtime integer parameters equal to 1 at this launch (Triton's `== 1`
+                    specialisation): the frontend compiles each as an int32 constant 1 and
+                    drops it from the runtime signature (kdsl/frontend/__init__.py), so that
+                    `offs * stride` is `offs` and its loads are contiguous.
     maxnreg         registers per thread (CUDA `__maxnreg__`), or None.
     """
 
@@ -37,6 +41,7 @@ class CompileOptions:
     debug: bool = False
     fast_math: bool = False
     multiple_of_16: tuple[str, ...] = ()
+    equal_to_1: tuple[str, ...] = ()
     maxnreg: int | None = None
 
     def key(self) -> str:

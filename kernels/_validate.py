@@ -31,7 +31,8 @@ ValueError (shape, values), naming the argument.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,39 @@ class Arg:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    def with_data(self, data: Any, shape: tuple[int, ...] | None = None) -> Arg:
+        """The same argument over other storage (and shape): `dataclasses.replace` without
+        its field introspection, which costs microseconds per library call."""
+        return Arg(self.name, self.device, data, self.dtype,
+                   self.shape if shape is None else shape, self.spelling, self.ml_dtype,
+                   self.caller)
+
+
+#: NumPy dtype -> its name (`np.dtype.name` is computed on every read, microseconds each)
+_DTYPE_NAMES: dict[Any, str] = {}
+_STORAGE: dict[str, np.dtype] = {}
+
+
+def _storage(dtype: str) -> np.dtype:
+    """`np.dtype(dtype)` of a dtype name, kept."""
+    dt = _STORAGE.get(dtype)
+    if dt is None:
+        dt = _STORAGE[dtype] = np.dtype(dtype)
+    return dt
+
+
+def _dtype_name(dt: Any) -> str:
+    try:
+        return _DTYPE_NAMES[dt]
+    except (KeyError, TypeError):
+        pass
+    name = np.dtype(dt).name
+    try:
+        _DTYPE_NAMES[dt] = name
+    except TypeError:  # an unhashable dtype-like
+        pass
+    return name
 
 
 _NOT_AN_ARRAY = "not an array"
@@ -151,7 +185,7 @@ def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ..
         data = x
         dt = getattr(x, "dtype", None)
         try:
-            dtype = np.dtype(dt).name if dt is not None else None
+            dtype = _dtype_name(dt) if dt is not None else None
         except TypeError:
             dtype = str(dt)
         if dtype == "bfloat16":  # ml_dtypes: hand the kernel the raw bits
@@ -165,7 +199,7 @@ def as_arg(name: str, x: Any, dtypes: tuple[str, ...], ndim: int | tuple[int, ..
     if dtype not in dtypes:
         raise TypeError(f"{name}: dtype {dtype} is not supported here (expected one of "
                         f"{', '.join(dtypes)})")
-    shape = tuple(int(s) for s in data.shape)
+    shape = data.shape if type(data) is np.ndarray else tuple(int(s) for s in data.shape)
     if ndim is not None:
         ranks = (ndim,) if isinstance(ndim, int) else ndim
         if len(shape) not in ranks:
@@ -193,6 +227,11 @@ def check_shape(arg: Arg, expected: tuple[int, ...], what: str = "") -> None:
 def resolve_backend(backend: str | None, *args: Arg) -> str:
     """The backend for a call: `backend`, else the device arrays' owner, else KDSL_BACKEND,
     else the registry's default (the rule of kernel launches).  Mixed devices are refused."""
+    for a in args:
+        if a.device is not None:
+            break
+    else:  # host arrays only (the common case, on every call)
+        return backend if backend is not None else default_backend()
     owners = {a.device: a.name for a in args if a.device is not None}
     if len(owners) > 1:
         (k1, n1), (k2, n2) = list(owners.items())[:2]
@@ -218,7 +257,7 @@ def zeros(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> A
 
 
 def _new(like: Arg, shape: tuple[int, ...], dtype: str, name: str, zero: bool) -> Arg:
-    store = np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
+    store = np.uint16 if dtype == "bfloat16" else _storage(dtype)
     if like.device is None:
         data = (np.zeros if zero else np.empty)(shape, store)
     else:
@@ -231,14 +270,14 @@ def _new(like: Arg, shape: tuple[int, ...], dtype: str, name: str, zero: bool) -
 
 def reshaped(arg: Arg, shape: tuple[int, ...]) -> Arg:
     """The same contiguous storage under another shape (no copy)."""
-    return replace(arg, data=arg.data.reshape(shape), shape=tuple(shape))
+    return arg.with_data(arg.data.reshape(shape), tuple(shape))
 
 
 def contiguous(arg: Arg) -> Arg:
     """`arg` itself when C-contiguous, else a contiguous copy."""
     if _contiguous(arg.data):
         return arg
-    return replace(arg, data=_contiguous_copy(arg.data, arg.device))
+    return arg.with_data(_contiguous_copy(arg.data, arg.device))
 
 
 def _elem_strides(arg: Arg) -> tuple[int, ...] | None:
@@ -256,7 +295,7 @@ def row_layout(arg: Arg) -> tuple[Arg, int]:
     buffer is read in place; a layout whose leading dimensions do not collapse into one row
     stride is copied."""
     n = arg.shape[-1] if arg.shape else 1
-    rows = int(np.prod(arg.shape[:-1], dtype=np.int64))
+    rows = math.prod(arg.shape[:-1])
     if not _contiguous(arg.data):
         st = _elem_strides(arg)
         if st is not None and (n <= 1 or st[-1] == 1):
@@ -267,7 +306,7 @@ def row_layout(arg: Arg) -> tuple[Arg, int]:
                 view = np.lib.stride_tricks.as_strided(
                     arg.data, (rows, n), (rs * arg.data.itemsize, arg.data.itemsize),
                     writeable=False)
-                return replace(arg, data=view, shape=(rows, n)), rs
+                return arg.with_data(view, (rows, n)), rs
         arg = contiguous(arg)
     return reshaped(arg, (rows, n)), n
 
@@ -334,7 +373,7 @@ def moved_axis(arg: Arg, source: int, destination: int) -> Arg:
         order = [i for i in range(arg.ndim) if i != source % arg.ndim]
         order.insert(destination % arg.ndim, source % arg.ndim)
         data = get_backend(arg.device).ascontiguous(arg.data.transpose(order))
-    return replace(arg, data=data, shape=tuple(int(s) for s in data.shape))
+    return arg.with_data(data, tuple(int(s) for s in data.shape))
 
 
 def positive_int(name: str, v: Any) -> int:

@@ -98,16 +98,27 @@ DECODE: dict[str, list[Row]] = {
 DECODE["simt-cpu"] = [(INF, {"num_warps": 1})]
 
 
+#: backend instance -> its `profiles` (asked on every library call: kept per instance)
+_PROFILES: dict[Any, tuple[str, ...]] = {}
+
+
 def profiles(backend: str) -> tuple[str, ...]:
     """The table keys that apply to `backend`, most specific first ("default" last)."""
     from kdsl.backends import get_backend
 
     be = get_backend(backend)
+    try:
+        return _PROFILES[be]
+    except KeyError:
+        pass
     if be.level == "tile":
-        return ("tile", "default")
-    if be.is_cpu:
-        return ("cpu", "default")
-    return (f"simt-{be.device_kind()}", "default")
+        keys = ("tile", "default")
+    elif be.is_cpu:
+        keys = ("cpu", "default")
+    else:
+        keys = (f"simt-{be.device_kind()}", "default")
+    _PROFILES[be] = keys
+    return keys
 
 
 def _row(table: dict[str, Any], backend: str) -> Any:

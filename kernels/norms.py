@@ -11,9 +11,8 @@ float16 activations); they are read as float32.
 
 from __future__ import annotations
 
+import math
 from typing import Any
-
-import numpy as np
 
 import kdsl as kd
 
@@ -90,7 +89,7 @@ def _rows(x_in: Any, weight: Any, *more: tuple[str, Any]):
     params += [as_arg(name, v, FLOATS, ndim=1) for name, v in more]
     for p in params:
         check_shape(p, (n,), "the last dimension of x")
-    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    rows = math.prod(x.shape[:-1])
     return x, params, n, rows
 
 

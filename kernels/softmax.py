@@ -11,6 +11,7 @@ moved back), which costs one extra read and write of the array.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,7 @@ def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
         back = as_arg("out", out, FLOATS)
         return result(_move_back(back, axis))
     n = a.shape[-1]
-    rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    rows = math.prod(a.shape[:-1])
     out = empty(a, a.shape, a.dtype)
     if n == 0 or rows == 0:
         return result(out)
@@ -157,7 +158,7 @@ def softmax_backward(dy: Any, y: Any, axis: int = -1, backend: str | None = None
         out = softmax_backward(result(_move_last(g, axis)), result(_move_last(a, axis)), -1, be)
         return result(_move_back(as_arg("out", out, FLOATS), axis))
     n = a.shape[-1]
-    rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    rows = math.prod(a.shape[:-1])
     out = empty(a, a.shape, a.dtype, "dx")
     if n and rows:
         (yin, ys), (gin, gs) = row_layout(a), row_layout(g)

@@ -189,11 +189,13 @@ class FakePipeline:
     compiles = 0
 
     @classmethod
-    def build_function(cls, pyfn, arg_types, constexprs):
+    def build_function(cls, pyfn, arg_types, constexprs, equal_to_1=()):
         params = []
         args = []
         for name in __import__("inspect").signature(pyfn).parameters:
-            if name in arg_types:
+            if name in equal_to_1:  # the launcher's `== 1` specialisation: a constant
+                params.append(tile.Param(name, None, None, 1))
+            elif name in arg_types:
                 v = tile.Value(arg_types[name], name)
                 args.append(v)
                 params.append(tile.Param(name, arg_types[name], v))

@@ -19,11 +19,15 @@ from .source import get_source
 __all__ = ["build_function"]
 
 
-def build_function(pyfn: Any, arg_types: dict[str, TileType],
-                   constexprs: dict[str, Any]) -> tile.Function:
+def build_function(pyfn: Any, arg_types: dict[str, TileType], constexprs: dict[str, Any],
+                   equal_to_1: tuple[str, ...] = ()) -> tile.Function:
     """Compile `pyfn` for one specialisation. Each parameter of its signature is in `arg_types`
     (runtime scalars and pointers, which become the body's block arguments) or in `constexprs`
     (compile-time values). Helpers called through objects carrying `__kdsl_jit__` are inlined.
+    The integer parameters named in `equal_to_1` (in `arg_types` too) are known to be 1 (the
+    launcher's `== 1` specialisation, `CompileOptions.equal_to_1`): each is a constant 1 of its
+    type, so it types as the runtime scalar would (`.to()` works, promotion is unchanged), and
+    a constexpr `Param` of value 1, out of the runtime signature.
     Raises CompilationError naming the file, line and source line of the first problem."""
     name = pyfn.__name__
     src = get_source(pyfn)
@@ -40,6 +44,16 @@ def build_function(pyfn: Any, arg_types: dict[str, TileType],
             if not isinstance(t, TileType) or not t.is_scalar:
                 raise CompilationError(f"parameter {pname!r}: expected a scalar or pointer "
                                        f"TileType, got {t!r}", loc, name)
+            if pname in equal_to_1:
+                if not t.elem.is_int or t.elem.is_bool:
+                    raise CompilationError(f"parameter {pname!r}: only an integer can be "
+                                           f"specialised as equal to 1, not {t}", loc, name)
+                one = tile.Op("const", [], [t], {"value": 1}, None, loc)
+                one.results[0].name = pname
+                body.append(one)
+                params.append(tile.Param(pname, None, constexpr=1))
+                scope[pname] = one.results[0]
+                continue
             v = body.add_arg(t, pname)
             params.append(tile.Param(pname, t, value=v))
             scope[pname] = v
@@ -49,7 +63,7 @@ def build_function(pyfn: Any, arg_types: dict[str, TileType],
         else:
             raise CompilationError(f"parameter {pname!r} has no type and no constexpr value",
                                    loc, name)
-    extra = (set(arg_types) | set(constexprs)) - set(sig.parameters)
+    extra = (set(arg_types) | set(constexprs) | set(equal_to_1)) - set(sig.parameters)
     if extra:
         raise CompilationError(f"{name} has no parameter(s) {sorted(extra)}", loc, name)
     ptrs = [p.value for p in params if not p.is_constexpr and p.type.is_ptr]

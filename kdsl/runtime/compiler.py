@@ -124,7 +124,7 @@ def build_tile(jitfn: Any, arg_types: dict[str, Any], constexprs: dict[str, Any]
     if options is None:
         options = CompileOptions(num_warps=num_warps, check=bool(check))
     pyfn = getattr(jitfn, "fn", jitfn)
-    fn = build_function(pyfn, arg_types, constexprs)
+    fn = build_function(pyfn, arg_types, constexprs, equal_to_1=options.equal_to_1)
     fn.options = options
     ir: dict[str, str] = Stages(tile=print_function(fn))
     fn, stages = run_tile_passes(fn)

@@ -8,20 +8,25 @@
 A launch binds the arguments (`binding.py`; Triton's other launch options are checked by
 `options.py`), builds the specialisation key (runtime argument signatures, which of them are
 multiples of 16 (pointer address or int value, as Triton specialises, unless the parameter is
-in `do_not_specialize`/`do_not_specialize_on_alignment`), constexpr values and their types,
+in `do_not_specialize`/`do_not_specialize_on_alignment`), which int arguments equal 1 (compiled
+as the constant 1, `CompileOptions.equal_to_1`, unless in `do_not_specialize`), constexpr
+values and their types,
 runtime parameters given None (compile-time constants, as in Triton), num_warps, num_stages,
 backend, check, fast_math and the options that change the code), and looks it up in a dict; a
 miss compiles through the disk cache (`cache.py`).  The hit path is a few dict lookups and one
 `backend.launch`: keep it free of anything slower.
 
-Plain launches (NumPy arrays and Python scalars by position, constexprs by position or keyword,
-no launch options) take a faster path first: `_fast_key` classifies each argument by exactly
-what the full binder would specialise on (array dtype and 16-byte alignment, int32 range and
-`% 16`, float32 range, constexpr type and value) and maps that tuple to a backend's direct
-launcher (`Backend.direct_launcher(handle)`: the CPU backend's pack-and-run), skipping
-`BoundArg`s.  Anything unusual (another argument type, a read-only or empty array, an int
-outside int32, a checked or poisoned launch) misses and runs the full binder, which raises
-the precise errors; a successful full launch then records the fast entry.
+Every launch tries a faster path first (`fastpath.py`): a function generated for the kernel's
+signature classifies each argument by exactly what the full binder would specialise on (array
+dtype and 16-byte alignment, int32 range, `== 1` and `% 16`, float32 range, constexpr type and
+value, the launch options given and the KDSL_* variables that change the key) and maps that
+tuple to a backend's direct launcher (`Backend.direct_launcher(handle)`: the CPU backend's
+pack-and-call), skipping `BoundArg`s.  Anything unusual (another argument type, a read-only or
+empty array, an int outside int32, a checked or poisoned launch, a binding error) misses and
+runs the full binder, which raises the precise errors; a successful full launch then records
+the fast entry.  The fast entries assume the kernel's launch defaults (`@kd.jit(backend=,
+num_warps=, fast_math=, debug=)`) do not change after the first launch; changing the memory
+cache (`kernel.cache.clear()`) forgets them.
 
 `debug` (`@kd.jit(debug=True)`, the launch option `debug=True`, or `KDSL_DEBUG=1`, as Triton's
 TRITON_DEBUG) turns `kd.device_assert` on (`CompileOptions.debug`, docs/debugging.md); it is part
@@ -35,17 +40,13 @@ whole compile sees.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from kdsl.compile_options import CompileOptions
 from kdsl.backends import DEFAULT as DEFAULT_BACKEND
-from kdsl.ir import types as T
+from kdsl.compile_options import CompileOptions
 
 from .binding import Signature, bind_annotated, bind_arg, multiple_of_16, normalize_grid, sig_type
 from .compiler import CompiledKernel
@@ -55,13 +56,8 @@ from .options import DEFAULT_NUM_STAGES, EXPLICIT, KDSL_KEYWORDS, OPTIONS, check
 from .options import parse as parse_options
 
 _SIMPLE_CONSTS = (int, float, str, bool, complex, type(None))
-_NDARRAY = np.ndarray
-_CHAR = ctypes.c_char
-_ADDRESSOF = ctypes.addressof
-_FROM_BUFFER = _CHAR.from_buffer
-_F32_MAX = float(np.finfo(np.float32).max)
 _OFF = (None, "", "0")
-_I2F = 1 << 1000  # ints that float() converts without overflow
+_LAUNCHERS_MAX = 256  # `kernel[grid]` objects kept per kernel, by tuple grid
 
 
 def _code_names(code: Any) -> set[str]:
@@ -108,7 +104,7 @@ def _kernel_identity(fn: Callable, seen: set[int] | None = None) -> list[str]:
 
 # Positions in the specialisation key (the memory cache's key; `_miss` reads them back).
 (K_SIGS, K_M16, K_CX, K_WARPS, K_BACKEND, K_CHECK, K_FAST, K_STAGES, K_OPTS, K_RTCX,
- K_DEBUG) = range(11)
+ K_ONE, K_DEBUG) = range(12)
 
 
 def _param_indices(what: str, spec: Any, names: tuple[str, ...]) -> frozenset[int]:
@@ -162,30 +158,31 @@ class JITFunction:
                                                                      sig.is_constexpr)) if not c)
         # per runtime parameter: (index, name, annotated type or None, whether its address or
         # value is specialised on `% 16`: both do_not_specialize lists turn that off, as the
-        # int and pointer specialisations of Triton's `specialize=False` / `align=False`)
-        self._rt = tuple((i, n, sig.params[i].annotation, i not in dns and i not in dnsa)
+        # int and pointer specialisations of Triton's `specialize=False` / `align=False`;
+        # whether an int equal to 1 is compiled as the constant 1: only do_not_specialize
+        # turns that off, as in Triton, and only unannotated parameters have it)
+        self._rt = tuple((i, n, sig.params[i].annotation, i not in dns and i not in dnsa,
+                          i not in dns and sig.params[i].annotation is None)
                          for i, n in self._rt_index)
         self.default_num_warps = num_warps
         self.default_backend = backend
         self.default_fast_math = bool(fast_math)
-        self._cache: dict[tuple, CompiledKernel] = {}
+        # the fast launch path (fastpath.py): argument classes -> `fastpath.entry` (the
+        # CompiledKernel and how to launch it); any change of the memory cache but a
+        # compile's own entry clears it
+        self._fast: dict[tuple, tuple] = {}
+        self._cache: dict[tuple, CompiledKernel] = _SpecCache(self._fast)
+        self._fast_fn: Callable | None = None  # built by the first `kernel[grid]`
+        self._fast_source: str | None = None
+        self._launchers: dict[tuple, Callable] = {}
         # the module globals the compilations read (kdsl/frontend/globals_used.py): a launch
         # that would reuse a kernel compiled with an old value raises instead
         self._globals: dict = {}
         self._identity: str | None = None
-        # the fast launch path: argument classes -> (CompiledKernel, direct launcher); valid
-        # while the memory cache holds `_fast_n` entries (a user clearing it clears this)
-        self._fast: dict[tuple, tuple[CompiledKernel, Callable]] = {}
-        self._fast_n = 0
         self._cx_flags = sig.is_constexpr
         self._cx_names = frozenset(sig.constexpr_names)
         self._names = frozenset(sig.names)
         self._n_runtime = len(sig.runtime_names)
-        # how the fast path takes each parameter: "cx", "rt" (as bind_arg does), "f64" (a
-        # float64-annotated scalar: any int or float), None (annotated otherwise: full binder)
-        self._fast_kind = tuple(
-            "cx" if p.constexpr else "rt" if p.annotation is None
-            else "f64" if p.annotation is T.float64 else None for p in sig.params)
         # launch keywords that are also parameter names (kdsl/runtime/options.py)
         self._shared = frozenset(sig.names) & (frozenset(OPTIONS) | frozenset(EXPLICIT)
                                                | frozenset(KDSL_KEYWORDS))
@@ -197,8 +194,32 @@ class JITFunction:
         """The in-memory cache: specialisation key -> CompiledKernel."""
         return self._cache
 
-    def __getitem__(self, grid: Any) -> _Launcher:
-        return _Launcher(self, grid)
+    def __getitem__(self, grid: Any) -> Callable[..., CompiledKernel]:
+        """`kernel[grid]`: the launcher, `launcher(*args, backend=None, num_warps=None,
+        check=None, poison=None, fast_math=None, num_stages=None, **constexprs_and_options)`
+        (a `functools.partial` of the kernel's fast function, `fastpath.py`: calling it is the
+        launch hot path, so no Python frame stands between)."""
+        if type(grid) is tuple:  # the common case: one launcher per grid, reused
+            try:
+                return self._launchers[grid]
+            except KeyError:
+                if len(self._launchers) >= _LAUNCHERS_MAX:
+                    self._launchers.clear()
+                ln = self._launchers[grid] = functools.partial(self._entry(), grid)
+                return ln
+            except TypeError:  # an unhashable element: normalize_grid explains
+                pass
+        return functools.partial(self._entry(), grid)
+
+    def _entry(self) -> Callable[..., CompiledKernel]:
+        """The function a launch calls with (grid, *args, **kwargs): the fast function, built
+        on first use, or the full path for a signature without one."""
+        if self._fast_fn is None:
+            from .fastpath import build
+
+            fn, self._fast_source = build(self)
+            self._fast_fn = fn if fn is not None else self._full
+        return self._fast_fn
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"kernel {self.__name__!r} is launched with a grid: "
@@ -222,37 +243,42 @@ class JITFunction:
         if warmup:
             return self.compile(*args, backend=backend, num_warps=num_warps, check=check,
                                 fast_math=fast_math, num_stages=num_stages, **kwargs)
-        return self._run(grid, args, kwargs, backend, num_warps, check, poison, fast_math,
-                         num_stages)
+        for k, v in (("backend", backend), ("num_warps", num_warps), ("check", check),
+                     ("poison", poison), ("fast_math", fast_math), ("num_stages", num_stages)):
+            if v is not None:
+                kwargs[k] = v
+        return self[grid](*args, **kwargs)
 
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> CompiledKernel:
         """Compile for these arguments without launching (Triton's `kernel.warmup`)."""
         return self.run(*args, grid=grid, warmup=True, **kwargs)
 
+    def _full(self, grid: Any, *args: Any, **kwargs: Any) -> CompiledKernel:
+        """The launch of a kernel whose signature has no fast function."""
+        return self._slow(grid, args, kwargs)
+
+    def _slow(self, grid: Any, args: tuple, kwargs: dict[str, Any], fk: Any = None
+              ) -> CompiledKernel:
+        """The full launch path, with kdsl's launch keywords taken out of `kwargs` (`fk`: the
+        fast function's (key, slots), recorded after the launch)."""
+        backend = num_warps = check = poison = fast_math = num_stages = None
+        if kwargs:
+            kwargs = dict(kwargs)
+            pop = kwargs.pop
+            backend, num_warps, check = pop("backend", None), pop("num_warps", None), \
+                pop("check", None)
+            poison, fast_math, num_stages = pop("poison", None), pop("fast_math", None), \
+                pop("num_stages", None)
+        return self._run(grid, args, kwargs, backend, num_warps, check, poison, fast_math,
+                         num_stages, fk)
+
     def _run(self, grid, args, kwargs, backend, num_warps, check,
-             poison=None, fast_math=None, num_stages=None) -> CompiledKernel:
+             poison=None, fast_math=None, num_stages=None, fk=None) -> CompiledKernel:
         if OBSERVERS:  # launches recorded by the tools (launches.py)
             done = observe(self, grid, args, kwargs, backend, num_warps, check)
             if done is not None:
                 return done
         env = launch_flags()
-        plain = (backend is None and num_warps is None and check is None and poison is None
-                 and fast_math is None and num_stages is None and env[1] in _OFF
-                 and env[2] in _OFF and getenv("KDSL_DEBUG") in _OFF)
-        if plain and type(grid) is tuple:
-            fk = self._fast_key(args, kwargs, env[0])
-            if fk is not None:
-                try:
-                    hit = self._fast.get(fk[0]) if self._fast_n == len(self._cache) else None
-                except TypeError:  # an unhashable constexpr: the full binder explains
-                    hit = fk = None
-                if hit is not None:
-                    if self._globals:
-                        self._check_globals()
-                    hit[1](normalize_grid(grid), fk[1])
-                    return hit[0]
-        else:
-            fk = None
         if self._shared:
             kwargs, backend, num_warps, check, poison, fast_math, num_stages = self._route(
                 kwargs, backend, num_warps, check, poison, fast_math, num_stages)
@@ -274,78 +300,29 @@ class JITFunction:
         if ck._handle is None:  # compiled by compile(): check the backend can run here
             from .registry import require_backend
             require_backend(key[K_BACKEND])
-        if poison or (poison is None and env[2] not in (None, "", "0")):
+        poisoned = poison or (poison is None and env[2] not in _OFF)
+        if poisoned:
             # NaN poison (kdsl/runtime/checked.py): overwrite every output before the launch
             from .checked import poison as fill_poison
             from .checked import stored_indices
             fill_poison(bound, stored_indices(ck))
         ck.run(g, bound)
-        if fk is not None and ck.checks is None:
-            launch = ck.backend_obj.direct_launcher(ck._handle)
-            if launch is not None:
-                if self._fast_n != len(self._cache):
-                    self._fast.clear()
-                    self._fast_n = len(self._cache)
-                self._fast[fk[0]] = (ck, launch)
+        if fk is not None and ck.checks is None and not poisoned:
+            self._record_fast(fk[0], ck, key)
         return ck
 
-    def _fast_key(self, args: tuple, kwargs: dict[str, Any], env_backend: str | None
-                  ) -> tuple[tuple, list] | None:
-        """(argument-class key, launch slots) of a plain launch, or None (use the full binder).
-        Slots are what the direct launcher packs: array addresses and scalar values, in
-        runtime-parameter order (a runtime argument given None is a constexpr: no slot)."""
-        kinds = self._fast_kind
-        if len(args) > len(kinds):
-            return None
-        key: list[Any] = [env_backend, len(args)]
-        slots: list[Any] = []
-        nrt = 0
-        for v, kind in zip(args, kinds):
-            t = type(v)
-            if kind == "cx":
-                key.append(t)
-                key.append(v)
-                continue
-            nrt += 1
-            if kind != "rt":
-                if kind == "f64" and (t is float or t is int and -_I2F < v < _I2F):
-                    key.append("f64")
-                    slots.append(float(v))
-                    continue
-                return None
-            if t is _NDARRAY:
-                try:  # raises for read-only, non-C-contiguous and empty arrays
-                    a = _ADDRESSOF(_FROM_BUFFER(v))
-                except (TypeError, ValueError, BufferError):
-                    return None
-                key.append(v.dtype)
-                key.append(not a & 15)
-                slots.append(a)
-            elif t is int:
-                if not -2147483648 <= v <= 2147483647:
-                    return None
-                key.append(int)
-                key.append(not v & 15)
-                slots.append(v)
-            elif t is float:
-                if not -_F32_MAX <= v <= _F32_MAX:  # overflow, inf and NaN: full binder
-                    return None
-                key.append(float)
-                key.append(None)
-                slots.append(v)
-            elif v is None:  # a compile-time None (Triton's constexpr specialisation)
-                key.append(None)
-            else:
-                return None
-        if nrt != self._n_runtime:  # a runtime argument by keyword or by default
-            return None
-        for k, v in kwargs.items():
-            if k not in self._cx_names:
-                return None
-            key.append(k)
-            key.append(type(v))
-            key.append(v)
-        return tuple(key), slots
+    def _record_fast(self, fast_key: tuple, ck: CompiledKernel, key: tuple) -> None:
+        """Remember a launch the fast function can repeat (its backend has a direct launcher).
+        Slots of runtime parameters the compiled kernel does not take (None, the constant 1)
+        are left out by a picking launcher."""
+        direct = ck.backend_obj.direct_launcher(ck._handle)
+        if direct is None:
+            return
+        from .fastpath import entry
+
+        keep = [j for j, (s, one) in enumerate(zip(key[K_SIGS], key[K_ONE]))
+                if s != "constexpr" and not one]
+        self._fast[fast_key] = entry(ck, direct, keep, self._n_runtime)
 
     def compile(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
                 check: bool | None = None, fast_math: bool | None = None,
@@ -450,9 +427,10 @@ class JITFunction:
         sigs = []
         bound = []
         m16 = []
+        ones = []
         rt_cx = ()
         owner = owner_arg = None
-        for i, name, ann, spec in self._rt:
+        for i, name, ann, spec, one in self._rt:
             v = values[i]
             if v is None or type(v).__name__ == "constexpr":
                 # Triton specialises None (and a constexpr) as a compile-time constant: the
@@ -461,11 +439,18 @@ class JITFunction:
                     v = values[i] = v.value
                 sigs.append("constexpr")
                 m16.append(False)
+                ones.append(False)
                 rt_cx += ((name, type(v), v),)
                 continue
             s, ba, own = bind_arg(name, v) if ann is None else bind_annotated(name, v, ann)
             sigs.append(s)
+            if one and s == "int32" and ba.value == 1 and isinstance(v, int):
+                # Triton's `== 1` specialisation: compiled as the constant 1, not passed
+                m16.append(False)
+                ones.append(True)
+                continue
             bound.append(ba)
+            ones.append(False)
             m16.append(spec and multiple_of_16(ba))
             if own is not None:
                 if owner is not None and own != owner:
@@ -486,7 +471,7 @@ class JITFunction:
             check = env[1] not in (None, "", "0")
         fast = self.default_fast_math if fast_math is None else bool(fast_math)
         key = (tuple(sigs), tuple(m16), tuple(cx), num_warps, backend, bool(check), fast,
-               num_stages, opts, rt_cx)
+               num_stages, opts, rt_cx, tuple(ones))
         return values, key, bound
 
     def _unhashable(self, values: list[Any]) -> None:
@@ -528,41 +513,68 @@ class JITFunction:
         rt_cx = {n: v for n, _, v in key[K_RTCX]}
         constexprs.update(rt_cx)
         aligned = tuple(n for n, a in zip(sig.runtime_names, m16) if a)
+        ones = tuple(n for n, o in zip(sig.runtime_names, key[K_ONE]) if o)
         spec = (tuple(zip(sig.runtime_names, sigs)),
                 tuple((n, type(v).__qualname__, v) for n, v in constexprs.items()),
                 num_warps, check, aligned, fast, num_stages, opts) + \
-            ((("debug", True),) if debug else ())
+            ((("debug", True),) if debug else ()) + ((("equal_to_1", ones),) if ones else ())
         from kdsl.frontend.globals_used import recording
 
         if not self._cache:  # (the user cleared the cache: forget what the old ones read)
             self._globals.clear()
         options = CompileOptions(num_warps=num_warps, num_stages=num_stages, check=bool(check),
                                  debug=bool(debug), fast_math=bool(fast), multiple_of_16=aligned,
+                                 equal_to_1=ones,
                                  **dict(opts))  # the code-changing launch options (maxnreg)
         with recording() as read:
             ck = cached_compile(self, arg_types, constexprs, be, options,
                                 sources=self.identity(), spec=spec, version=__version__,
                                 build=build)
         self._globals.update(read)
-        self._cache[key] = ck
+        dict.__setitem__(self._cache, key, ck)  # (a new entry: the fast ones stay valid)
         return ck
 
 
-class _Launcher:
-    """`kernel[grid]`: calling it launches."""
+class _SpecCache(dict):
+    """The memory cache of a kernel (a dict): any change made from outside (`clear()`, `del`,
+    an assignment) also clears the fast launch table built on its entries."""
 
-    __slots__ = ("grid", "jit")
+    __slots__ = ("fast",)
 
-    def __init__(self, jit: JITFunction, grid: Any):
-        self.jit = jit
-        self.grid = grid
+    def __init__(self, fast: dict):
+        super().__init__()
+        self.fast = fast
 
-    def __call__(self, *args: Any, backend: str | None = None, num_warps: int | None = None,
-                 check: bool | None = None, poison: bool | None = None,
-                 fast_math: bool | None = None, num_stages: int | None = None,
-                 **kwargs: Any) -> CompiledKernel:
-        return self.jit._run(self.grid, args, kwargs, backend, num_warps, check, poison,
-                             fast_math, num_stages)
+    def _changed(self) -> None:
+        self.fast.clear()
+
+    def clear(self) -> None:
+        self._changed()
+        super().clear()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._changed()
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self._changed()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self._changed()
+        return super().popitem()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._changed()
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._changed()
+        super().update(*args, **kwargs)
 
 
 def jit(fn: Callable | None = None, *, num_warps: int | None = None,

@@ -9,10 +9,11 @@ slow, and the answers do not change while a process runs).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from kdsl import backends as _reg
+
+from .env import getenv
 
 _status: dict[str, tuple[bool, str]] = {}
 _owner_by_type: dict[type, str | None] = {}
@@ -106,7 +107,7 @@ def dlpack_owner(device_type: int) -> str | None:
 def default_backend() -> str:
     """Backend used when neither `backend=` nor the arrays decide: `KDSL_BACKEND`, else the
     registry's default."""
-    return os.environ.get("KDSL_BACKEND") or _reg.DEFAULT
+    return getenv("KDSL_BACKEND") or _reg.DEFAULT
 
 
 def reference_backend() -> str:

@@ -24,7 +24,7 @@ def test_frozen_with_a_stable_key():
         o.fast_math = False  # type: ignore[misc]
     assert o.key() == CompileOptions(num_warps=8, fast_math=True, multiple_of_16=("x_ptr",)).key()
     keys = {CompileOptions(**{f.name: v}).key() for f, v in zip(
-        dataclasses.fields(CompileOptions), (2, 1, True, True, True, ("n",), 64))}
+        dataclasses.fields(CompileOptions), (2, 1, True, True, True, ("n",), ("s",), 64))}
     assert len(keys | {CompileOptions().key()}) == len(dataclasses.fields(CompileOptions)) + 1
 
 
