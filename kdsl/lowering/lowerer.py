@@ -529,7 +529,9 @@ class Lowerer:
                 n = v.type.numel
                 sh = self.shared((v.name or "s") + "_sh", register_type(v.type), n)
                 g = self.open_group(n)
-                g.body.append(ArrayStore(sh, g.e, Index(self.regs[v.id], g.k)))
+                # (`read`: a register array at the slot, or a scalar that a one-element
+                # tile aliases, as `reshape(reduce(...))` of keep_dims)
+                g.body.append(ArrayStore(sh, g.e, self.read(v)))
                 self.staged[v.id] = sh
             self.close()
             self.barrier()

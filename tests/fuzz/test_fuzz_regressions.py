@@ -190,3 +190,23 @@ def test_tuple_reduce_of_transposed_load(backend):
     xt = np.zeros((8, 8), np.float32)
     xt[:3, :3] = x.T
     np.testing.assert_array_equal(o[:3], np.argmax(xt, axis=0)[:3])
+
+
+@kd.jit
+def _reduce_of_kept_dims_index(x, o, n, BM: kd.constexpr):
+    r = kd.arange(0, BM)
+    v = kd.load(x + r, mask=r < n, other=0.0)
+    _, idx = kd.reduce((v + v, r), 0, _argmax_pair, keep_dims=True)  # a (1,)-tile of a scalar
+    best, where = kd.max(idx, axis=0, return_indices=True)
+    kd.store(o, best)
+    kd.store(o + 1, where)
+
+
+# Found (seed 105), fixed: with several threads per program, staging a one-element tile that
+# aliases a scalar (`keep_dims=True` of a reduction) read a register array it never had
+# (KeyError in Lowerer.addressable); the staging now reads the value as the group does.
+def test_reduction_of_a_kept_dims_reduction(backend):
+    x = np.array([0.5, 1.0, 5.0, 2.0, 9.0, 0.0, 0.0, 0.0], np.float32)
+    o = np.full(2, -7, np.int32)
+    _reduce_of_kept_dims_index[(1,)](x, o, 4, BM=8, backend=backend)
+    np.testing.assert_array_equal(o, [2, 0])
