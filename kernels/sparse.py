@@ -161,8 +161,12 @@ def _device_index(key: tuple, index: tuple, like: Arg) -> tuple:
 
 
 BLOCK_MIN, BLOCK_MAX = 16, 128
-# Backends whose block-sparse kernel reads tiles through row pointers (see the kernel).
-ROW_POINTER_BACKENDS = ("llvm",)
+
+
+def _row_pointers(be: str) -> bool:
+    """Whether the block-sparse kernel reads tiles through row pointers (see the kernel): on
+    the one-thread CPU lowering, whose vectoriser sees the rows as contiguous."""
+    return configs.profiles(be)[0] == "cpu"
 
 
 def _check_block(block: Any) -> int:
@@ -218,7 +222,7 @@ def block_sparse_matmul(a: Any, b_blocks: Any, layout: Any, block: int, bias: An
     flags = {"HAS_BIAS": bias_ is not None, "ACT": act}
     if a_t:
         flags["A_T"] = True
-    if be in ROW_POINTER_BACKENDS:
+    if _row_pointers(be):
         flags["ROW_PTRS"] = True
     if wide_offsets(a_, bb, out):
         flags["WIDE"] = True
@@ -495,8 +499,8 @@ def _panels(x: Arg, tile_m: int, backend: str) -> tuple[Arg, int, int]:
 
 
 META_DTYPES = ("int8", "uint8")
-# The sparse tensor-core kernel (kd.sparse_dot -> mma.sp): these backends and input dtypes.
-MMA_SP_BACKENDS = ("cuda",)
+# The sparse tensor-core kernel (kd.sparse_dot -> mma.sp): backends with tensor cores, and
+# these input dtypes.
 MMA_SP_DTYPES = ("float16", "bfloat16")
 
 
@@ -540,7 +544,7 @@ def semi_structured_matmul(x: Any, values: Any, meta: Any, bias: Any = None,
         return result(out)
     bias_arg = (bias_ if bias_ is not None else v).kernel_arg  # unread when no bias
     flags = {"HAS_BIAS": bias_ is not None, "ACT": act}
-    if be in MMA_SP_BACKENDS and x_.dtype in MMA_SP_DTYPES:
+    if "tensor_cores" in get_backend(be).caps and x_.dtype in MMA_SP_DTYPES:
         cfg = configs.pick(configs.SEMI_STRUCTURED_MMA, be, M * N)
         xb, x_t, ldx, _ = blas_layout(x_)
         if x_t:

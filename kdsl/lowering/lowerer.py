@@ -97,8 +97,9 @@ from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
 from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .hoist_barriers import hoist_barriers
 from .legalize import legalize
-from .reduce import lower_reduce
+from .reduce import accumulator_types, lower_reduce
 from .reduce_warp import SIMULATIONS as WARP_SIMULATIONS
+from .reduce_warp import warp_reduce
 from .scan import lower_scan
 from .vector import Vectorizer, element_index
 
@@ -941,6 +942,12 @@ def _lower_dot(L: Lowerer, op: tile.Op) -> None:
     dot_strategy(L.target)(L, op)
 
 
+def _lower_reduce(L: Lowerer, op: tile.Op) -> None:
+    """Warp shuffles where they apply (reduce_warp.py), else the generic strategy."""
+    if not warp_reduce(L, op, accumulator_types(op)):
+        lower_reduce(L, op)
+
+
 def _lower_sparse_dot(L: Lowerer, op: tile.Op) -> None:
     sparse_dot_strategy(L.target)(L, op)
 
@@ -963,7 +970,7 @@ def _atomic_stmts(op: tile.Op, xs: list[Expr], res: Var | None) -> list[Stmt]:
 # Non-fusable ops -> their lowering.
 _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
-    "reduce": lower_reduce, "scan": lower_scan, "dot": _lower_dot, **DEBUG_LOWERINGS,
+    "reduce": _lower_reduce, "scan": lower_scan, "dot": _lower_dot, **DEBUG_LOWERINGS,
     "sparse_dot": _lower_sparse_dot,  # mma.sp, the CPU micro-kernel or generic (dot.py)
     "gather": lower_gather, "histogram": lower_histogram,
     "reshape": lower_unsplat,  # the only reshape not an alias: a one-element tile to a scalar

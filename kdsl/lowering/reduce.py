@@ -6,7 +6,8 @@ coordinates `c[:axis] + (r,) + c[axis:]` for r in [0, R).  The output is compute
 of a group of numel O, so it fuses with the element-wise ops that follow.
 
 A target with warp shuffles reduces contiguous rows in registers and across lanes instead
-(reduce_warp.py, tried first); what follows is the generic strategy, every other case.
+(reduce_warp.py, which the lowering tries first: `Lowerer`'s "reduce" entry); what follows is
+the generic strategy, every other case.
 
 With T > 1 threads and fewer outputs than threads, a two-phase reduction keeps the threads busy:
 P = the largest power of two with O*P <= T and P <= R; phase 1 gives each of O*P virtual elements
@@ -221,17 +222,21 @@ def _partial_sum(L: LoweringContext, t: DType, src: Array, index: Callable[[Expr
                    [Assign(acc, Binary("add", acc, Index(part, j)))]))
 
 
+def accumulator_types(op: tile.Op) -> list[DType]:
+    """Register types of a reduction's accumulators: sums accumulate in the result's register
+    type, extremes (and custom combines) in each input's."""
+    if op.attrs["op"] == "sum":
+        return [register_type(op.results[0].type)]
+    return [register_type(v.type) for v in op.operands]
+
+
 def lower_reduce(L: LoweringContext, op: tile.Op) -> None:
+    """The generic strategy (the lowering tries reduce_warp.py's first where it applies)."""
     xs, kind, axis = op.operands, op.attrs["op"], op.attrs["axis"]
     x, res = xs[0], op.results[0]
     R = x.shape[axis]
     O = x.type.numel // R
-    # Sums accumulate in the result's register type; extremes stay in the input's.
-    acc_ts = [register_type(res.type)] if kind == "sum" else [register_type(v.type) for v in xs]
-    from .reduce_warp import warp_reduce  # (built on this module's combine steps)
-
-    if warp_reduce(L, op, acc_ts):
-        return
+    acc_ts = accumulator_types(op)
     if res.type.is_scalar:
         fused = _fused_partial_sum(L, op, kind, acc_ts[0], R)
         if fused is not None:
