@@ -168,6 +168,9 @@ class Lowerer:
         self._pos.update((id(o), (fn.body, i)) for i, o in enumerate(fn.body.ops))
         # Values that reductions and dots address in memory (through gather views), and the
         # ops that address each.
+        # value id -> ids of the ops that read it only through a shared copy the value's own
+        # group wrote (`stage`): they need no register array of it
+        self.copied: dict[int, set[int]] = {}
         # id(dot op) -> its accumulator held in mma fragments across the enclosing loop
         # (dot_mma.resident_accumulators); set by the loop's lowering.
         self.resident: dict[int, Any] = {}
@@ -318,13 +321,14 @@ class Lowerer:
         self.out.append(For(v.kv, ix.c32(0), ix.c32(g.s), ix.c32(g.width), run))
 
     def _needs_array(self, v: tile.Value, g: Group) -> bool:
-        outside = [u for u in self.users.get(v.id, []) if id(u) not in g.ops]
+        served = g.ops | self.copied.get(v.id, set())  # readers that have what they need
+        outside = [u for u in self.users.get(v.id, []) if id(u) not in served]
         if not outside:
             return False
         # Every other reader goes through `read`/`read_at`, which recompute a remat_ok value,
         # except reductions and dots outside the group (one fused into it, as
         # reduce.py's `_fused_partial_sum`, has already read it).
-        return not self.remat_ok(v) or any(id(u) not in g.ops
+        return not self.remat_ok(v) or any(id(u) not in served
                                            for u in self.viewers.get(v.id, ()))
 
     def _needs_storage(self, v: tile.Value) -> bool:
@@ -547,8 +551,8 @@ class Lowerer:
 
         When every value is computed in the open group (the loads of a dot's operands), the
         copies are written by that group itself, after a barrier placed before its loop: the
-        values then need no register array (`reader`, the op reading the copies, counts as a
-        member of the group).  Not when the group reads shared memory: an array of an older
+        values then need no register array for `reader`, the op reading the copies
+        (`copied`).  Not when the group reads shared memory: an array of an older
         epoch it reads may be the memory the copies reuse.  There, a value that is a 16-byte
         vector load read by nothing but `reader`, zero where masked, whose positions run on
         for `rows[i]` elements (a multiple of the run), is copied straight from global to
@@ -556,22 +560,31 @@ class Lowerer:
         registers."""
         g = self.group
         vals = [self.canon(v) for v in values]
-        if (g is not None and self.target.needs_barriers and reader is not None
-                and all(v.id in self.cur and v.type.numel == g.n for v in vals)
-                and not _reads_shared(g.body)):
+        inline = [g is not None and self.target.needs_barriers and reader is not None
+                  and v.id in self.cur and v.type.numel == g.n for v in vals]
+        if any(inline) and not _reads_shared(g.body):
+            # The values of the open group are copied by it, the others (stored by earlier
+            # groups) by a group of their own after it: one epoch, one pair of barriers.
             self.new_epoch()
             self.barrier()  # before the group's loop: earlier readers of shared memory are done
-            out = []
+            out: list[Array] = []
             waits = False
             for j, (v, pos, t, n) in enumerate(zip(vals, positions, dtypes, sizes)):
                 sh = self.shared((v.name or "s") + "_sh", t, n)
+                out.append(sh)
+                if not inline[j]:
+                    continue
                 copy = self._async_copy(v, sh, pos, rows[j] if rows else 0, reader)
                 if copy is None:
                     g.body.append(ArrayStore(sh, pos(g.e), self.cur[v.id]))
                 waits = waits or copy is not None
-                out.append(sh)
-            g.ops.add(id(reader))
+                self.copied.setdefault(v.id, set()).add(id(reader))
             self.close()
+            for j, (v, pos) in enumerate(zip(vals, positions)):
+                if not inline[j]:
+                    g2 = self.open_group(v.type.numel)
+                    g2.body.append(ArrayStore(out[j], pos(g2.e), self.read(v)))
+                    self.close()
             if waits:
                 self.emit(AsyncWait())
             self.barrier()

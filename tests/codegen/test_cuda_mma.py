@@ -166,6 +166,9 @@ CASES = {  # name: (M, N, K, dtype, trans_b, acc, precision, intrinsic)
     # 16-bit operands: K-major 16-bit shared copies, fragments read as packed pairs
     "f16": (32, 16, 32, "float16", False, False, "ieee", "mma_m16n8k16_f32_f16_bits"),
     "f16_trans_acc": (16, 32, 16, "float16", True, True, "ieee", "mma_m16n8k16_f32_f16_bits"),
+    # a, b and c of one numel: loaded by one group, which copies a and b but must keep c
+    "f16_square_acc": (16, 16, 16, "float16", False, True, "ieee",
+                       "mma_m16n8k16_f32_f16_bits"),
     "bf16": (16, 16, 32, "bfloat16", False, True, "ieee", "mma_m16n8k16_f32_bf16_bits"),
     "tf32": (16, 16, 16, "float32", True, False, "tf32", "mma_m16n8k8_f32_tf32"),
     "int8": (16, 8, 64, "int8", False, True, "ieee", "mma_m16n8k32_s32_s8"),
