@@ -127,6 +127,10 @@ _WORKERS = _count_workers()  # once per process: reading /sys is far too slow pe
 INLINE_GRID = 2 * _WORKERS if _WORKERS > 1 else 1 << 62
 #: a grid whose measured cost (`GridRunner`) is below this many seconds runs inline
 POOL_MIN_SECONDS = 50e-6
+#: ... if it has at most this many programs: the cost is measured per program on earlier
+#: launches, and arguments may make a program far slower (a loop bound); an inline grid is
+#: one native call that Ctrl-C cannot stop, so a mis-measured one must stay short
+INLINE_MAX_PROGRAMS = 16
 
 
 def workers() -> int:
@@ -215,7 +219,8 @@ class GridRunner:
     def inline(self, total: int) -> bool:
         """Whether a grid of `total` programs should run inline."""
         per = self.per_program
-        return self.launch is not None and per is not None and per * total < POOL_MIN_SECONDS
+        return (self.launch is not None and per is not None and total <= INLINE_MAX_PROGRAMS
+                and per * total < POOL_MIN_SECONDS)
 
     def run_inline(self, block: bytes, total: int) -> None:
         self.runs += 1

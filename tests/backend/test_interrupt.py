@@ -45,13 +45,19 @@ def test_sigint_stops_the_launch_and_no_write_follows():
     per_program = max(_program_seconds(n_iter), 1e-4)
     grid = max(64, int(1.5 / per_program))  # about 1.5 s of work in all
     out = np.full((grid, 128), -1.0, np.float32)
+    # A runner started in the background by a shell without job control inherits SIGINT
+    # ignored (and Python then keeps it ignored): give this test Python's own handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    t = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt):
-        slow_fill[(grid,)](out, n_iter, BLOCK=128, backend="llvm")
-    took = time.perf_counter() - t
-    timer.join()
+    try:
+        timer.start()
+        t = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            slow_fill[(grid,)](out, n_iter, BLOCK=128, backend="llvm")
+        took = time.perf_counter() - t
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     snapshot = out.copy()
     time.sleep(max(0.3, 10 * per_program))
     np.testing.assert_array_equal(out, snapshot)  # nothing written after the call left
@@ -83,3 +89,15 @@ def test_an_exception_leaves_only_after_every_worker_stopped():
         llvm_runtime.run_grid(fn, b"", (1000, 1, 1))
     assert state["running"] == 0
     assert state["ran"] >= 2
+
+
+def test_only_short_grids_run_inline():
+    """A grid runs inline (one native call, which Ctrl-C cannot stop) only when it is cheap by
+    the kernel's measured cost and has at most `INLINE_MAX_PROGRAMS` programs: the cost was
+    measured on earlier launches, whose arguments may have made the programs far cheaper."""
+    runner = llvm_runtime.GridRunner(fn=None, launch=lambda block: None)
+    runner.per_program = 1e-9  # measured as almost free
+    assert runner.inline(llvm_runtime.INLINE_MAX_PROGRAMS)
+    assert not runner.inline(llvm_runtime.INLINE_MAX_PROGRAMS + 1)
+    runner.per_program = 1e-3
+    assert not runner.inline(1)  # 1 ms is no longer cheap
