@@ -861,9 +861,14 @@ class Lowerer:
         g = self.group
         srcs = [self.canon(s) for s in srcs]
         for d, s in zip(dsts, srcs):
+            # Only a value this yield alone reads: `regs` then makes d its storage, which
+            # another branch or iteration overwrites (a value also read after the region, say
+            # an index tile yielded as the placeholder of a returned branch, would change).
+            users = self.users.get(s.id, [])
             if (g is not None and isinstance(d, Array) and s.id in self.cur
                     and s.id not in self.regs and s.type.numel == g.n
                     and d.name not in g.addressed
+                    and len(users) == 1 and users[0].kind in tile.TERMINATORS
                     and not any(self.regs.get(o.id) is d for o in srcs if o is not s)):
                 g.body.append(ArrayStore(d, g.k, self.cur[s.id]))
                 self.regs[s.id] = d

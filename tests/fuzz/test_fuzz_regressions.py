@@ -211,3 +211,36 @@ def test_reduction_of_a_kept_dims_reduction(backend):
     o = np.full(2, -7, np.int32)
     _reduce_of_kept_dims_index[(1,)](x, o, 4, BM=8, backend=backend)
     np.testing.assert_array_equal(o, [2, 0])
+
+
+@kd.jit
+def _returned_branch_placeholder(x, o0, o1, o2, n, si, BM: kd.constexpr):
+    r = kd.arange(0, BM)
+    offs = r[:, None] * n + r[None, :]
+    mask = (r[:, None] < n) & (r[None, :] < n)
+    v = kd.load(x + offs, mask=mask, other=1)
+    if si % 2 == 0:
+        if si > 0:
+            kd.store(o0 + offs, v, mask=mask)
+            return
+        b = v
+    else:
+        b = v
+    kd.store(o1 + offs, b, mask=mask)
+    kd.store(o2 + offs, v, mask=mask)
+
+
+# Found (seed 107), fixed: a branch that returns yields some tile of the right type as its
+# placeholder for `b` -- here the offsets tile (`n` == 1 is a constant) -- and the lowering
+# wrote it in place into `b`'s storage and made that the offsets' storage; the other branch
+# then overwrote it, so the stores after the `if` went to offset 6: outside the arrays (the
+# fuzz run's "double free or corruption" abort of seed 106 is this kind of write).  A value
+# is written in place only when its yield is its one reader.
+def test_placeholder_of_a_returned_branch_keeps_its_other_uses(backend):
+    x = np.array([6], np.int32)
+    guard = np.full(16, -77, np.int32)  # o1 and o2 are views into it: stray writes show
+    o0, o1, o2 = guard[0:1], guard[4:5], guard[8:9]
+    _returned_branch_placeholder[(1,)](x, o0, o1, o2, 1, 0, BM=1, backend=backend)
+    want = np.full(16, -77, np.int32)
+    want[4] = want[8] = 6
+    np.testing.assert_array_equal(guard, want)
