@@ -184,21 +184,22 @@ def test_cheap_grids_run_inline_after_a_measurement():
     from kdsl.backends import llvm_runtime
 
     k = kd.jit(axpy)
-    n = 64 * 32
+    G = llvm_runtime.INLINE_MAX_PROGRAMS  # the longest grid that may run inline
+    n = G * 32
     x, y, o = arrays(n)
-    if llvm_runtime.INLINE_GRID > 64:
+    if llvm_runtime.INLINE_GRID > G:
         pytest.skip("one worker: every grid runs inline")
-    ck = k[(64,)](x, y, o, n, 2.0, BLOCK=32)
+    ck = k[(G,)](x, y, o, n, 2.0, BLOCK=32)
     runner = ck.handle.runner
     assert runner.per_program is not None  # measured on the pool
     for _ in range(3):  # (the first launch runs cold: page faults, caches)
-        if runner.inline(64):
+        if runner.inline(G):
             break
-        k[(64,)](x, y, o, n, 2.0, BLOCK=32)
-    assert runner.inline(64)  # 64 programs of 32 elements: far under POOL_MIN_SECONDS
-    k[(64,)](x, y, o, n, 3.0, BLOCK=32)
+        k[(G,)](x, y, o, n, 2.0, BLOCK=32)
+    assert runner.inline(G)  # G programs of 32 elements: far under POOL_MIN_SECONDS
+    k[(G,)](x, y, o, n, 3.0, BLOCK=32)
     np.testing.assert_array_equal(o, 3 * x + 1)
     runner.per_program = 1.0  # a costly kernel goes (back) to the pool, and is measured
-    k[(64,)](x, y, o, n, 4.0, BLOCK=32)
+    k[(G,)](x, y, o, n, 4.0, BLOCK=32)
     np.testing.assert_array_equal(o, 4 * x + 1)
     assert runner.per_program < 1.0
