@@ -38,6 +38,8 @@ from kdsl.ir import loop
 from kdsl.ir.types import DType, PointerType
 
 from .c_atomics import AtomicSpelling
+from .c_simd import VectorPrinter
+from .c_simd import plan as simd_plan
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -103,6 +105,14 @@ class CDialect:
     # the 32-bit shared-memory address of {p} (a pointer into a shared array), for
     # `SharedRow`; empty: the dialect has no warp-collective matrix loads
     shared_address: str = ""
+    # SIMD loops of one-thread kernels as vector types (backends/c_simd.py): float lanes per
+    # vector (0: loops stay scalar), the vector type of {n} floats, a load from / store to
+    # {p} (a pointer to float), and the statement asking the compiler to unroll a loop
+    simd_lanes: int = 0
+    simd_vector: str = "float{n}"
+    simd_load: str = "vload{n}(0, {p})"
+    simd_store: str = "vstore{n}({v}, 0, {p});"
+    unroll_pragma: str = "#pragma unroll"
 
 
 # ----------------------------------------------------------------------------------- names
@@ -235,6 +245,7 @@ class CEmitter:
         self.atomic_helpers: dict[str, str] = {}  # name -> C definition, in dependency order
         self.fast_math = kernel.options.fast_math
         self.intrinsics: set[str] = set()       # Intrinsic names used (template defines them)
+        self.simd = VectorPrinter(self, simd_plan(kernel, dialect.simd_lanes))
         self.expr_table: dict[type, Callable[[loop.Expr], str]] = {
             loop.Const: self._const, loop.Var: self._var, loop.Special: self._special,
             loop.Index: self._index, loop.PairBits: self._pair_bits,
@@ -569,6 +580,9 @@ class CEmitter:
         return f"%{width}{mod}{'x' if hexa else 'u' if unsigned else 'd'}", f"(({cast})({e}))"
 
     def _for(self, s: loop.For, pad: str) -> list[str]:
+        vector = self.simd.loop(s, pad)
+        if vector is not None:
+            return vector
         v = self.expr(s.var)
         lo, hi, step = self.expr(s.lo), self.expr(s.hi), self.expr(s.step)
         if isinstance(s.step, loop.Const):
@@ -577,8 +591,8 @@ class CEmitter:
             cond = f"({step} > 0 ? {v} < {hi} : {v} > {hi})"
         inc = f"{v}++" if isinstance(s.step, loop.Const) and s.step.value == 1 else \
             f"{v} += {step}"
-        return ([f"{pad}for ({v} = {lo}; {cond}; {inc}) {{"] + self.stmts(s.body, pad + "    ")
-                + [f"{pad}}}"])
+        return (self.simd.pragma(s, pad) + [f"{pad}for ({v} = {lo}; {cond}; {inc}) {{"]
+                + self.stmts(s.body, pad + "    ") + [f"{pad}}}"])
 
     def _while(self, s: loop.While, pad: str) -> list[str]:
         inner = pad + "    "
@@ -712,6 +726,9 @@ class CEmitter:
         return f"{ctype} {name}"
 
     def declaration(self, a: loop.Array) -> str:
+        vector = self.simd.declaration(a)
+        if vector is not None:
+            return vector
         offsets, total = shared_layout(self.k)
         if a.space == "shared" and self.d.dynamic_shared and total > self.d.static_shared_bytes:
             # a slice of the dynamic buffer: `float* x = (float*)(kd_smem + offset);`

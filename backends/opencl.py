@@ -1,11 +1,21 @@
 """OpenCL backend: the OpenCL C dialect of the C-like emitter, and a PyOpenCL runtime.
 
-A program instance is one work-group of `num_warps * 32` work-items (`tid` = local id).  pyopencl
-is imported inside methods, so `import kdsl` and code generation work without it.  Device
-choice: `KDSL_OPENCL_DEVICE` (a substring of the device name, or "platform:device" indices),
-else the first GPU, else the first CPU.  `warp_size` is 32 on every device (on a CPU device the
-work-items of a group are not in lock-step, but the lowering never relies on lock-step
-execution: it puts a barrier around every exchange through local memory).
+pyopencl is imported inside methods, so `import kdsl` and code generation work without it.
+Device choice: `KDSL_OPENCL_DEVICE` (a substring of the device name, or "platform:device"
+indices), else the first GPU, else the first CPU.
+
+How a program instance runs is chosen from the device type (`LOWERINGS`, overridden by
+`KDSL_OPENCL_LOWERING`), through the Target, never by a second pipeline:
+- GPU devices ("work-group"): a program is one work-group of `num_warps * 32` work-items (`tid` =
+  local id), tiles spread over them, exchanges through local memory between barriers.
+  `warp_size` is 32 (the lowering never relies on lock-step execution: it puts a barrier
+  around every exchange).
+- CPU devices ("one-thread"): a program is one work-item of a work-group of one, lowered as the
+  llvm backend lowers it (tile loops walked by one thread, partial sums, the register-blocked
+  dot micro-kernel; the loops the lowering meant as SIMD loops become OpenCL vector types,
+  backends/c_simd.py).  A CPU driver runs work-groups on its cores; PoCL serialises the
+  work-items of a group between barriers, so the work-group lowering costs 3-30x there
+  (benchmarks/RESULTS.md, "OpenCL on a CPU device").
 
 Half precision: without `cl_khr_fp16` (PoCL's CPU device) the `half` type exists only behind
 pointers, so float16 memory is read with `vload_half` and written with `vstore_half_rte`, and
@@ -60,8 +70,10 @@ static inline float kd_round_f16(float x) {
 }"""
 
 
-def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None) -> CDialect:
-    """The OpenCL C dialect; `native_fp16` when the device has `cl_khr_fp16`."""
+def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None,
+                   simd_lanes: int = 0) -> CDialect:
+    """The OpenCL C dialect; `native_fp16` when the device has `cl_khr_fp16`; `simd_lanes`:
+    the float vector width one-thread kernels' SIMD loops are printed with (c_simd.py)."""
     opts = " ".join(options if options is not None else OPTIONS)
     f16 = ({"f16_load": "(float)(*{p})", "f16_store": "*{p} = convert_half_rte({v});",
             "f16_round": "(float)convert_half_rte({x})", "helper": ""} if native_fp16 else
@@ -81,7 +93,7 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None) 
         f16_load=f16["f16_load"], f16_store=f16["f16_store"], f16_round=f16["f16_round"],
         bitcast="as_{T}({x})",
         atomics=OPENCL_ATOMICS, printf_int64="l",
-        fast_math_option=FAST_MATH, helper_qual="static inline",
+        fast_math_option=FAST_MATH, helper_qual="static inline", simd_lanes=simd_lanes,
         int_math={"clz32": "clz({x})", "clz64": "clz({x})", "popc32": "popcount({x})",
                   "popc64": "popcount({x})"},
         math_fast={op: f"native_{op}" for op in ("exp", "exp2", "log", "log2", "sqrt",
@@ -177,6 +189,35 @@ def _choose_device(cl: Any) -> Any:
     return devices[0][2]
 
 
+_RUNTIME: list[_Runtime] = []
+
+
+def _shared_runtime() -> _Runtime:
+    """The process's one runtime: every backend instance (a variant with another lowering
+    included) uses the same context, so arrays made by one launch on the other."""
+    if not _RUNTIME:
+        _RUNTIME.append(_Runtime())
+    return _RUNTIME[0]
+
+
+LOWERING_ENV = "KDSL_OPENCL_LOWERING"
+#: KDSL_OPENCL_LOWERING value -> lowering (None: from the device type, the module docstring)
+LOWERINGS: dict[str, str | None] = {"auto": None, "one-thread": "one-thread",
+                                    "work-group": "work-group"}
+#: What a one-thread program may use that the work-group lowering does not (kdsl/target.py):
+#: the CPU strategies of the shared lowering, as on the llvm backend.
+ONE_THREAD_CAPS = frozenset({"reduce_partials", "cpu_microkernel", "reduce_partials_minmax"})
+
+
+def _cpu_simd(dev: Any) -> tuple[int, int]:
+    """(vector_bits, vector_regs) of a CPU device: its native float vector width (16 lanes on
+    an AVX-512 host under PoCL), and the registers such a unit has on x86 (32 with AVX-512,
+    16 with AVX2; fewer assumed than there are only costs blocking, never a spill)."""
+    lanes = int(getattr(dev, "native_vector_width_float", 0) or 0) if dev is not None else 0
+    bits = max(lanes, 4) * 32
+    return bits, 32 if bits >= 512 else 16
+
+
 class _Program:
     """A built program and its kernel object."""
 
@@ -195,6 +236,10 @@ class OpenCLBackend(Backend):
     packages = ("pyopencl",)
     array_name = "PyOpenCL"
 
+    #: "one-thread" or "work-group" whatever the device and KDSL_OPENCL_LOWERING say (a
+    #: subclass that tests the work-group lowering on a CPU device sets it); None: `lowering()`
+    forced_lowering: str | None = None
+
     def __init__(self) -> None:
         self._rt: _Runtime | None = None
         self._rt_error: Exception | None = None
@@ -208,7 +253,7 @@ class OpenCLBackend(Backend):
             if self._rt_error is not None:
                 raise RuntimeError(f"OpenCL unavailable: {self._rt_error}")
             try:
-                self._rt = _Runtime()
+                self._rt = _shared_runtime()
             except Exception as exc:  # no pyopencl, no platform, no device
                 self._rt_error = exc
                 raise RuntimeError(f"OpenCL unavailable: {exc}") from exc
@@ -245,12 +290,31 @@ class OpenCLBackend(Backend):
         return frozenset({"fp64"} if "cl_khr_fp64" in ext or dev.double_fp_config else set()) \
             | frozenset({"native_fp16"} if "cl_khr_fp16" in ext else set())
 
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        """A one-thread program runs as one CPU thread (the library's "cpu" tuning rows)."""
+        return self._device() is not None and self.lowering() == "one-thread"
+
+    def lowering(self) -> str:
+        """"one-thread" or "work-group": how a program instance runs here (module docstring)."""
+        choice = self.forced_lowering or os.environ.get(LOWERING_ENV, "").strip() or "auto"
+        if choice not in LOWERINGS:
+            raise ValueError(f"{LOWERING_ENV}={choice!r}: expected one of "
+                             + ", ".join(repr(k) for k in LOWERINGS))
+        return LOWERINGS[choice] or ("one-thread" if self.device_kind() == "cpu"
+                                     else "work-group")
+
     def target(self, num_warps: int) -> Target:
         dev = self._device()
         shared = int(dev.local_mem_size) if dev is not None else DEFAULT_SHARED
         # code for no device assumes double precision; a device without it rejects float64
         missing = frozenset({"fp64"}) if dev is not None and "fp64" not in self.caps \
             else frozenset()
+        if self.lowering() == "one-thread":
+            bits, regs = _cpu_simd(dev)
+            return Target("opencl", threads=1, warp_size=1, shared_bytes=shared,
+                          caps=self.caps | ONE_THREAD_CAPS, missing=missing, ops=self.ops,
+                          vector_bits=bits, vector_regs=regs)
         return Target("opencl", threads=num_warps * 32, warp_size=32, shared_bytes=shared,
                       caps=self.caps, missing=missing, ops=self.ops)
 
@@ -262,11 +326,15 @@ class OpenCLBackend(Backend):
 
     # -- compile
 
-    def dialect(self) -> CDialect:
-        return opencl_dialect(native_fp16="native_fp16" in self.caps)
+    def dialect(self, kernel: loop.Kernel | None = None) -> CDialect:
+        """The dialect for `kernel`: a one-thread kernel's SIMD loops get vector types of the
+        device's native width (the width its Target was lowered for)."""
+        lanes = _cpu_simd(self._device())[0] // 32 if kernel is not None and \
+            kernel.threads == 1 else 0
+        return opencl_dialect(native_fp16="native_fp16" in self.caps, simd_lanes=lanes)
 
     def codegen(self, kernel: loop.Kernel) -> str:
-        return emit(pocl_safe(kernel), self.dialect())
+        return emit(pocl_safe(kernel), self.dialect(kernel))
 
     def _check_addresses(self, kernel: loop.Kernel, rt: _Runtime) -> None:
         loc = kernel.raw_pointers
@@ -377,7 +445,10 @@ class OpenCLBackend(Backend):
     def devices(self) -> list[str]:
         import pyopencl as cl
 
-        return [f"{p.name}: {d.name}" for p in cl.get_platforms() for d in p.get_devices()]
+        used = self._device()
+        return [f"{p.name}: {d.name}" + (f" (used: {self.lowering()} lowering)"
+                                          if used is not None and d == used else "")
+                for p in cl.get_platforms() for d in p.get_devices()]
 
     def owns(self, array: Any) -> bool:
         try:

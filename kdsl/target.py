@@ -74,4 +74,5 @@ class Target:
         return (f"{self.backend}|threads={self.threads}|warp={self.warp_size}|"
                 f"shared={self.shared_bytes}|caps={','.join(sorted(self.caps))}|"
                 f"missing={','.join(sorted(self.missing))}|"
-                f"ops={'all' if self.ops is None else ','.join(sorted(self.ops))}")
+                f"ops={'all' if self.ops is None else ','.join(sorted(self.ops))}|"
+                f"simd={self.vector_bits}x{self.vector_regs}")

@@ -139,8 +139,10 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     x = L.var("a", t)
 
     def block_loops(body: list[Stmt]) -> Stmt:
+        # (the copies of blk are SIMD loops too: a backend that prints vector types for them,
+        # backends/c_simd.py, then holds blk in vector registers throughout)
         return For(i, ix.c32(0), ix.c32(MR), ix.c32(1),
-                   [For(j, ix.c32(0), ix.c32(NR), ix.c32(1), body)])
+                   [For(j, ix.c32(0), ix.c32(NR), ix.c32(1), [Comment(SIMD_HINT), *body])])
 
     o_at = ix.add(ix.mul(ix.add(m0, i), N), ix.add(n0, j))
     k_at = ix.add(ix.mul(i, NR), j)

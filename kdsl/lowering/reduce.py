@@ -160,7 +160,7 @@ def reduce_loop(L: LoweringContext, kind: str, ts: list[DType], srcs: list[Array
               L.var("acc_i", int32) if kind.startswith("arg") else None)
     t, src = ts[0], srcs[0]
     if _use_partials(L, kind, t, lo, hi, step):
-        _partial_sum(L, t, src, lambda r: index(r)[0], hi, acc.val, out)
+        _partial_sum(L, kind, t, src, lambda r: index(r)[0], hi, acc.val, out)
         return acc
     if kind == "custom":
         # No identity: the accumulator starts from the first element (every range reduced
@@ -192,34 +192,45 @@ def reduce_loop(L: LoweringContext, kind: str, ts: list[DType], srcs: list[Array
 # float sum cannot be vectorised (every add waits for the previous one); PARTIALS independent
 # lanes fill several SIMD registers.  This is a fixed, documented order (the same on every run
 # and every CPU), not fast-math: only the order of this reduction's additions changes.
+# With "reduce_partials_minmax" too, float max and min use the same partials: their result
+# does not depend on the order (NaN propagates whatever its position), except which zero a max
+# of -0.0 and +0.0 returns, which no order fixes either (IEEE leaves it open).  For a compiler
+# that keeps a serial NaN-propagating max scalar: PoCL 3.1 ran the softmax's row max one
+# element per step.  LLVM 20 (the llvm backend) vectorises `llvm.maximum` reductions itself,
+# and the partials' array made its softmax 1.1-1.3x slower, so it does not get the capability.
 PARTIALS = 64
+#: reduction kind -> (the Loop IR op that combines two partials, the capability it needs)
+PARTIAL_OPS = {"sum": ("add", "reduce_partials"),
+               "max": ("maximum", "reduce_partials_minmax"),
+               "min": ("minimum", "reduce_partials_minmax")}
 
 
 def _use_partials(L: LoweringContext, kind: str, t: DType, lo: Expr, hi: int, step: int) -> bool:
-    return (L.target.one_thread_per_program and kind == "sum" and t.is_float and step == 1
-            and hi >= 2 * PARTIALS
-            and isinstance(lo, Const) and lo.value == 0 and L.target.has("reduce_partials"))
+    return (L.target.one_thread_per_program and kind in PARTIAL_OPS and t.is_float
+            and step == 1 and hi >= 2 * PARTIALS and isinstance(lo, Const) and lo.value == 0
+            and L.target.has(PARTIAL_OPS[kind][1]))
 
 
-def _partial_sum(L: LoweringContext, t: DType, src: Array, index: Callable[[Expr], Expr], hi: int, acc: Var,
-                 out: list[Stmt]) -> None:
+def _partial_sum(L: LoweringContext, kind: str, t: DType, src: Array,
+                 index: Callable[[Expr], Expr], hi: int, acc: Var, out: list[Stmt]) -> None:
     V = PARTIALS
+    op = PARTIAL_OPS[kind][0]
     part = L.array("part", t, V)
     j, rb = L.var("j", int32), L.var("rb", int32)
-    zero = identity("sum", t)
+    zero = identity(kind, t)
     out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1), [ArrayStore(part, j, zero)]))
     full = hi - hi % V
     r = ix.add(rb, j)
-    body = [ArrayStore(part, j, Binary("add", Index(part, j), Index(src, index(r))))]
+    body = [ArrayStore(part, j, Binary(op, Index(part, j), Index(src, index(r))))]
     out.append(For(rb, ix.c32(0), ix.c32(full), ix.c32(V),
                    [For(j, ix.c32(0), ix.c32(V), ix.c32(1), body)]))
     if hi > full:  # the tail goes to the first partials
-        tail = [ArrayStore(part, j, Binary("add", Index(part, j),
+        tail = [ArrayStore(part, j, Binary(op, Index(part, j),
                                            Index(src, index(ix.add(j, ix.c32(full))))))]
         out.append(For(j, ix.c32(0), ix.c32(hi - full), ix.c32(1), tail))
     out.append(Assign(acc, zero))
     out.append(For(j, ix.c32(0), ix.c32(V), ix.c32(1),
-                   [Assign(acc, Binary("add", acc, Index(part, j)))]))
+                   [Assign(acc, Binary(op, acc, Index(part, j)))]))
 
 
 def accumulator_types(op: tile.Op) -> list[DType]:

@@ -202,7 +202,10 @@ def cmd_dump(args: argparse.Namespace) -> int:
         pos, kw, _grid = example()
         pos, kw = list(pos), dict(kw)
     kw.pop("backend", None)
-    ck = kernel.compile(*pos, backend=args.backend, num_warps=args.num_warps, **kw)
+    try:
+        ck = kernel.compile(*pos, backend=args.backend, num_warps=args.num_warps, **kw)
+    except (TypeError, ValueError) as e:  # --args that do not fit the kernel's signature
+        raise SystemExit(f"kdsl dump: {name}: {e}") from None
     return _print_stages(ck, args.stage)
 
 

@@ -78,7 +78,7 @@ def _line(marker: str) -> int:
 
 
 def _kw(backend: str) -> dict:
-    return {"backend": backend, "num_warps": 1} if backend == "opencl" else {"backend": backend}
+    return {"backend": backend, "num_warps": 1} if backend.startswith("opencl") else {"backend": backend}
 
 
 # ---------------------------------------------------------------------------- bounds checks

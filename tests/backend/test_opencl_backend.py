@@ -45,11 +45,29 @@ def run(kernel: loop.Kernel, grid: int, **values) -> None:
     launch(BACKEND, handle, kernel, (grid, 1, 1), args)
 
 
-def test_target_and_hash():
+def test_target_and_hash(monkeypatch):
+    monkeypatch.delenv("KDSL_OPENCL_LOWERING", raising=False)
     t = BACKEND.target(4)
-    assert (t.backend, t.threads, t.warp_size) == ("opencl", 128, 32)
+    if BACKEND.device_kind() == "cpu":  # one work-item per program, the CPU strategies
+        assert (t.backend, t.threads, t.warp_size) == ("opencl", 1, 1)
+        assert {"cpu_microkernel", "reduce_partials"} <= t.caps and t.vector_bits >= 128
+        assert BACKEND.is_cpu and BACKEND.lowering() == "one-thread"
+    else:
+        assert (t.backend, t.threads, t.warp_size) == ("opencl", 128, 32)
     assert t.shared_bytes > 0
     assert BACKEND.hash().startswith("opencl:")
+
+
+def test_lowering_override(monkeypatch):
+    monkeypatch.setenv("KDSL_OPENCL_LOWERING", "work-group")
+    t = OpenCLBackend().target(4)
+    assert (t.threads, t.warp_size) == (128, 32) and "cpu_microkernel" not in t.caps
+    assert not OpenCLBackend().is_cpu
+    monkeypatch.setenv("KDSL_OPENCL_LOWERING", "one-thread")
+    assert OpenCLBackend().target(4).threads == 1
+    monkeypatch.setenv("KDSL_OPENCL_LOWERING", "warps")
+    with pytest.raises(ValueError, match="KDSL_OPENCL_LOWERING='warps'"):
+        OpenCLBackend().target(4)
 
 
 @pytest.mark.parametrize("threads", THREADS)

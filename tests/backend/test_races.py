@@ -24,7 +24,7 @@ def _line(marker: str) -> int:
 
 
 def _kw(backend: str) -> dict:
-    return {"backend": backend, "num_warps": 1} if backend == "opencl" else {"backend": backend}
+    return {"backend": backend, "num_warps": 1} if backend.startswith("opencl") else {"backend": backend}
 
 
 @kd.jit

@@ -448,3 +448,6 @@ def test_cli_dump(fake, tmp_path, capsys):
     assert "fake-stage" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["dump", f"{src}:missing", "-b", "fake"])
+    # --args that do not fit the signature: a message naming the kernel, not a traceback
+    with pytest.raises(SystemExit, match=r"kdsl dump: k: too many arguments"):
+        main(["dump", f"{src}:k", "-b", "fake", "--args", "*float32", "i32", "i32", "i32"])

@@ -1,0 +1,125 @@
+"""SIMD loops of one-thread kernels printed as OpenCL vector types (backends/c_simd.py): what
+the plan vectorises, what it leaves scalar, the printed micro-kernel, and (on a CPU OpenCL
+device) that the vector code computes bit for bit what the llvm backend computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kdsl.backends.c_like import emit
+from kdsl.backends.c_simd import SIMD_HINT, divisor, plan, unit_stride
+from kdsl.backends.opencl import ONE_THREAD_CAPS, opencl_dialect
+
+import kdsl as kd
+from kdsl.frontend import build_function
+from kdsl.ir import loop
+from kdsl.ir.types import PointerType, float32, int32, scalar
+from kdsl.lowering import lower
+from kdsl.passes import run_tile_passes
+from kdsl.target import Target
+
+
+@kd.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, M: kd.constexpr, N: kd.constexpr, K: kd.constexpr):
+    m, n, k = kd.arange(0, M), kd.arange(0, N), kd.arange(0, K)
+    a = kd.load(a_ptr + m[:, None] * K + k[None, :])
+    b = kd.load(b_ptr + k[:, None] * N + n[None, :])
+    kd.store(c_ptr + m[:, None] * N + n[None, :], kd.dot(a, b))
+
+
+def one_thread(lanes: int) -> Target:
+    regs = 32 if lanes >= 16 else 16
+    return Target("opencl", threads=1, caps=frozenset({"fp64"}) | ONE_THREAD_CAPS,
+                  vector_bits=lanes * 32, vector_regs=regs)
+
+
+def loop_ir(M, N, K, lanes):
+    p = scalar(PointerType(float32))
+    fn, _ = run_tile_passes(build_function(dot_kernel.fn, {"a_ptr": p, "b_ptr": p, "c_ptr": p},
+                                           {"M": M, "N": N, "K": K}))
+    return lower(fn, one_thread(lanes))
+
+
+def source(M, N, K, lanes):
+    return emit(loop_ir(M, N, K, lanes), opencl_dialect(simd_lanes=lanes))
+
+
+def test_micro_kernel_accumulators_are_vector_registers():
+    src = source(64, 64, 32, 16)
+    # 8 x 32 accumulators: 16 float16 vectors, indexed by constants once the MR loop unrolls
+    assert "float16 blk0[16];" in src
+    fma = [line for line in src.splitlines() if "fma(((float16)(" in line]
+    assert len(fma) == 1 and "vload16(0, &bpack" in fma[0] and "blk0[(" in fma[0]
+    lines = src.splitlines()
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("for (kk"):
+            assert "#pragma unroll" not in lines[i - 1]  # the K loop stays a loop
+        if "// simd x16" in line:
+            assert lines[i - 1].strip() == "#pragma unroll"
+            assert "+= 16)" in line
+
+
+def test_lane_count_follows_the_device():
+    assert "float8 blk0[" in source(32, 32, 16, 8)  # an AVX2 device: 8 lanes
+    scalar_src = source(32, 32, 16, 0)  # no vector width: the scalar loops of before
+    assert "vload" not in scalar_src and "float16" not in scalar_src and "pragma" not in scalar_src
+
+
+def test_plan_leaves_other_loops_scalar():
+    j, i = loop.Var("j", int32), loop.Var("i", int32)
+    a = loop.Array("a", float32, 64)
+    b = loop.Array("b", float32, 128)
+    c32 = lambda v: loop.Const(v, int32)
+    strided = loop.Binary("mul", j, c32(2))  # b[2 * j]: not unit stride
+    bad = loop.For(j, c32(0), c32(32), c32(1),
+                   [loop.Comment(SIMD_HINT), loop.ArrayStore(a, j, loop.Index(b, strided))])
+    good = loop.For(j, c32(0), c32(32), c32(1),
+                    [loop.Comment(SIMD_HINT),
+                     loop.ArrayStore(a, loop.Binary("add", j, c32(32)),
+                                     loop.Binary("add", loop.Index(b, j), loop.Var("x", float32)))])
+    unhinted = loop.For(i, c32(0), c32(32), c32(1), [loop.ArrayStore(a, i, loop.Index(b, i))])
+    k = loop.Kernel("k", [], [bad, good, unhinted], variables=[j, i, loop.Var("x", float32)],
+                    arrays=[a, b], threads=1)
+    p = plan(k, 16)
+    assert id(good) in p.loops and id(bad) not in p.loops and id(unhinted) not in p.loops
+    assert p.arrays == {}  # both arrays also have scalar accesses
+
+
+def test_index_analysis():
+    j, i = loop.Var("j", int32), loop.Var("i", int32)
+    c = lambda v: loop.Const(v, int32)
+    base = loop.Binary("shl", i, c(5))
+    assert unit_stride(loop.Binary("add", base, j), "j") == [base]
+    assert unit_stride(loop.Binary("add", j, j), "j") is None
+    assert unit_stride(loop.Binary("mul", j, c(3)), "j") is None
+    assert divisor(base, {"i": 1}) == 32
+    assert divisor(loop.Binary("add", base, loop.Binary("mul", i, c(8))), {"i": 2}) == 16
+
+
+def _opencl_one_thread():
+    from kdsl.runtime.registry import backend_status
+
+    ok, why = backend_status("opencl")
+    if not ok:
+        pytest.skip(f"opencl backend not available: {why}")
+    from kdsl.backends import get_backend
+
+    be = get_backend("opencl")
+    if be.lowering() != "one-thread":
+        pytest.skip("the OpenCL device is not a CPU device (it uses the work-group lowering)")
+
+
+@pytest.mark.parametrize("M,N,K", [(64, 64, 32), (16, 32, 16), (32, 16, 48), (8, 128, 8)])
+def test_vector_code_equals_llvm_bit_for_bit(M, N, K):
+    """The same fused multiply-adds in the same order on both backends: equal bits."""
+    _opencl_one_thread()
+    rng = np.random.default_rng(M + N + K)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    out = {}
+    for be in ("llvm", "opencl"):
+        c = np.zeros((M, N), np.float32)
+        dot_kernel[(1,)](a, b, c, M=M, N=N, K=K, backend=be)
+        out[be] = c
+    np.testing.assert_allclose(out["opencl"], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(out["opencl"], out["llvm"])
