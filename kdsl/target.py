@@ -14,8 +14,8 @@ class Target:
     warp_size     threads that run in lock-step (1 on the CPU).
     shared_bytes  local/shared memory available to one program instance.
     caps          capabilities a pass may use, e.g. "fp64", "native_fp16", "tensor_cores",
-                  "warp_shuffle", "vector_loads", "reduce_partials", "cpu_microkernel",
-                  "bessel" (docs/ir.md "Targets").
+                  "warp_shuffle", "vector_loads", "reduce_partials", "reduce_partials_minmax",
+                  "cpu_microkernel", "bessel" (docs/ir.md "Targets").
     missing       capabilities the device is known to lack ("fp64" on an OpenCL device without
                   cl_khr_fp64): a kernel needing one is a CompilationError
                   (kdsl/lowering/caps.py).
