@@ -148,6 +148,15 @@ class _Runtime:
         # A CPU device shares host memory: NumPy arrays are used in place (USE_HOST_PTR)
         # instead of being copied into fresh buffers and back.
         self.zero_copy = bool(self.device.type & cl.device_type.CPU)
+        self._pool: Any = None
+
+    def pool(self) -> Any:
+        """The memory pool of the arrays the backend allocates (`OpenCLBackend.empty`)."""
+        if self._pool is None:
+            import pyopencl.tools as clt
+
+            self._pool = clt.MemoryPool(clt.ImmediateAllocator(self.queue))
+        return self._pool
 
 
 def _restore_faulthandler(rt: _Runtime) -> None:
@@ -460,20 +469,28 @@ class OpenCLBackend(Backend):
     def _queue(self, like: Any) -> Any:
         return like.queue if like is not None else self.runtime().queue
 
+    def _allocator(self, like: Any) -> Any:
+        """`like`'s allocator where it has one (the caller's memory pool), else the runtime's
+        pool: a fresh buffer per library output costs its page faults on every call (a 16 MiB
+        output on PoCL: 8-12 ms of a 15 ms rms_norm), a pooled one is reused as CuPy's are."""
+        own = getattr(like, "allocator", None)
+        return own if own is not None else self.runtime().pool()
+
     def to_device(self, host: np.ndarray, like: Any = None) -> Any:
         import pyopencl.array as cla
 
-        return cla.to_device(self._queue(like), np.ascontiguousarray(host))
+        return cla.to_device(self._queue(like), np.ascontiguousarray(host),
+                             allocator=self._allocator(like))
 
     def empty(self, shape: tuple[int, ...], dtype: Any, like: Any = None) -> Any:
         import pyopencl.array as cla
 
-        return cla.empty(self._queue(like), shape, dtype)
+        return cla.empty(self._queue(like), shape, dtype, allocator=self._allocator(like))
 
     def zeros(self, shape: tuple[int, ...], dtype: Any, like: Any = None) -> Any:
         import pyopencl.array as cla
 
-        return cla.zeros(self._queue(like), shape, dtype)
+        return cla.zeros(self._queue(like), shape, dtype, allocator=self._allocator(like))
 
     def to_host(self, array: Any) -> np.ndarray:
         return array.get()
