@@ -113,6 +113,10 @@ class CDialect:
     simd_load: str = "vload{n}(0, {p})"
     simd_store: str = "vstore{n}({v}, 0, {p});"
     unroll_pragma: str = "#pragma unroll"
+    # an element loop vectorised {n} lanes wide, and the kernel attribute making vectors of
+    # {bits} bits legal (c_simd.py, "Element loops")
+    vectorize_pragma: str = "#pragma clang loop vectorize_width({n})"
+    vector_width_attr: str = " __attribute__((min_vector_width({bits})))"
 
 
 # ----------------------------------------------------------------------------------- names
@@ -762,6 +766,7 @@ class CEmitter:
         template = env.get_template(self.d.template)
         return template.render(
             d=self.d, name=name, params=params, threads=k.threads,
+            kernel_attrs=self.simd.kernel_attributes(),
             shared=[a for a, arr in zip(arrays, k.arrays) if arr.space == "shared"],
             registers=[a for a, arr in zip(arrays, k.arrays) if arr.space != "shared"],
             variables=variables, specials=sorted(self.specials.items()), body=body,

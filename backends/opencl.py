@@ -104,9 +104,17 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None,
     )
 
 
+#: Added for one-thread kernels: their element loops carry `vectorize_width` pragmas
+#: (c_simd.py), and where the compiler cannot vectorise one (a gather, a call) clang warns
+#: "loop not vectorized", which PyOpenCL turns into a CompilerWarning on every build of a
+#: kernel that did nothing wrong.  Generated code has no warning a user could act on.
+QUIET = "-w"
+
+
 def build_options(kernel: loop.Kernel) -> list[str]:
     """IEEE by default (correctly rounded division and sqrt); fast math replaces that."""
-    return [FAST_MATH] if kernel.options.fast_math else list(OPTIONS)
+    opts = [FAST_MATH] if kernel.options.fast_math else list(OPTIONS)
+    return opts + [QUIET] if kernel.threads == 1 else opts
 
 
 #: Set in a child process forked after this process created its OpenCL runtime: OpenCL

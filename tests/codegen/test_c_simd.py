@@ -123,3 +123,34 @@ def test_vector_code_equals_llvm_bit_for_bit(M, N, K):
         out[be] = c
     np.testing.assert_allclose(out["opencl"], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     assert np.array_equal(out["opencl"], out["llvm"])
+
+
+def test_element_loops_marked_only_without_carried_scalars():
+    j = loop.Var("j", int32)
+    acc, t = loop.Var("acc", float32), loop.Var("t", float32)
+    a, b = loop.Array("a", float32, 256), loop.Array("b", float32, 256)
+    c = lambda v: loop.Const(v, int32)
+    # t is assigned before it is read in each iteration: no value crosses iterations
+    elementwise = loop.For(j, c(0), c(256), c(1), [
+        loop.Assign(t, loop.Binary("mul", loop.Index(b, j), loop.Index(b, j))),
+        loop.ArrayStore(a, j, loop.Binary("add", t, loop.Const(1.0, float32)))])
+    # a serial float sum: forcing a width would let the compiler reassociate it
+    serial = loop.For(j, c(0), c(256), c(1), [
+        loop.Assign(acc, loop.Binary("add", acc, loop.Index(b, j)))])
+    short = loop.For(j, c(0), c(64), c(1), [loop.ArrayStore(a, j, loop.Index(b, j))])
+    k = loop.Kernel("k", [], [elementwise, serial, short], variables=[j, acc, t],
+                    arrays=[a, b], threads=1)
+    p = plan(k, 16)
+    assert p.parallel == {id(elementwise): 16}
+    src = emit(k, opencl_dialect(simd_lanes=16))
+    assert src.count("#pragma clang loop vectorize_width(16)") == 1
+    assert "__attribute__((min_vector_width(512)))" in src
+    assert plan(k, 0).parallel == {}  # no vector width: nothing marked
+
+
+def test_one_thread_builds_are_quiet():
+    from kdsl.backends.opencl import QUIET, build_options
+
+    k = loop_ir(32, 32, 16, 16)
+    assert QUIET in build_options(k)  # (the pragmas' "loop not vectorized" remarks)
+    assert QUIET not in build_options(loop.Kernel("k", [], [], threads=128))
