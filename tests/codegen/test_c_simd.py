@@ -154,3 +154,16 @@ def test_one_thread_builds_are_quiet():
     k = loop_ir(32, 32, 16, 16)
     assert QUIET in build_options(k)  # (the pragmas' "loop not vectorized" remarks)
     assert QUIET not in build_options(loop.Kernel("k", [], [], threads=128))
+
+
+def test_example_runs(capsys):
+    """examples/opencl_cpu.py: the lowering it reports, its vector FMA line, equal bits."""
+    import runpy
+    from pathlib import Path
+
+    _opencl_one_thread()
+    path = Path(__file__).parents[2] / "examples" / "opencl_cpu.py"
+    runpy.run_path(str(path), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "lowering: one-thread" in out and "fma(((float16)(" in out
+    assert "bit-identical to llvm: True" in out
