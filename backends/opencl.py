@@ -175,10 +175,19 @@ def _restore_faulthandler(rt: _Runtime) -> None:
         return
     rt.built = True
     import faulthandler
+    import sys
 
-    if faulthandler.is_enabled():
-        faulthandler.disable()
-        faulthandler.enable()
+    if not faulthandler.is_enabled():
+        return
+    # the process's real stderr: sys.stderr may be a stream without a file descriptor by now
+    # (pytest's capture, a notebook), which faulthandler.enable() refuses
+    target = sys.__stderr__
+    try:
+        target.fileno()
+    except (AttributeError, OSError, ValueError):  # no stderr to write a traceback to
+        return
+    faulthandler.disable()
+    faulthandler.enable(file=target)
 
 
 def _choose_device(cl: Any) -> Any:

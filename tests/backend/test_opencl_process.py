@@ -120,3 +120,23 @@ def test_fault_handler_survives_the_first_build(tmp_path):
     """, env={"POCL_CACHE_DIR": str(tmp_path), "KDSL_CACHE": "0"})
     assert r.returncode != 0
     assert "Fatal Python error" in r.stderr and "string_at" in r.stderr, r.stderr[-2000:]
+
+
+def test_first_build_with_a_stderr_that_has_no_file_descriptor(tmp_path):
+    """A notebook's or pytest's sys.stderr has no fileno(): re-installing the fault handler
+    after the first build must not fail the build (it raised io.UnsupportedOperation)."""
+    r = _run("""
+        import faulthandler, io, sys, numpy as np, kdsl as kd
+        faulthandler.enable()
+        sys.stderr = io.StringIO()
+
+        @kd.jit
+        def one(x):
+            kd.store(x, 1.0)
+
+        x = np.zeros(1, np.float32)
+        one[(1,)](x, backend="opencl")
+        assert x[0] == 1.0 and faulthandler.is_enabled()
+        print("ok")
+    """, env={"POCL_CACHE_DIR": str(tmp_path), "KDSL_CACHE": "0"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
