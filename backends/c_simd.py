@@ -44,7 +44,7 @@ check (forcing skips its cost model, not its legality analysis).  Softmax 1024x4
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from math import gcd
 
 from kdsl.ir import loop
@@ -64,13 +64,23 @@ VECTOR_BINARY = {"add": "+", "sub": "-", "mul": "*"}
 LANES = (16, 8, 4)
 
 
+def _parts(e: loop.Expr) -> list:
+    """The sub-expressions and arrays of an expression node (every field, so that a node
+    added to the Loop IR later is not overlooked)."""
+    out = []
+    for f in fields(e):
+        value = getattr(e, f.name)
+        out += [v for v in (value if isinstance(value, (list, tuple)) else [value])
+                if isinstance(v, (loop.Expr, loop.Array))]
+    return out
+
+
 def _names(e: loop.Expr) -> set[str]:
     """Variable names read by `e`."""
     if isinstance(e, loop.Var):
         return {e.name}
     out: set[str] = set()
-    for attr in ("x", "a", "b", "c", "index", "cond", "ptr", "offset", "mask", "other"):
-        sub = getattr(e, attr, None)
+    for sub in _parts(e):
         if isinstance(sub, loop.Expr):
             out |= _names(sub)
     return out
@@ -161,24 +171,22 @@ class _Planner:
                 self.scalar_stmt(s)
 
     def scalar_stmt(self, s: loop.Stmt) -> None:
-        if isinstance(s, loop.ArrayStore):
-            self.scalar_uses.add(s.array.name)
-        for attr in ("value", "index", "ptr", "mask", "cond"):
-            sub = getattr(s, attr, None)
-            if isinstance(sub, loop.Expr):
-                self.scalar_exprs([sub])
-        for attr in ("args", "results", "values"):
-            for sub in getattr(s, attr, None) or []:
-                if isinstance(sub, loop.Expr):
+        """Every array `s` names (in any field: a store's target, a vector access's, an
+        intrinsic's) and every array its expressions read is used as scalars."""
+        for f in fields(s):
+            value = getattr(s, f.name)
+            for sub in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(sub, loop.Array):
+                    self.scalar_uses.add(sub.name)
+                elif isinstance(sub, loop.Expr):
                     self.scalar_exprs([sub])
 
     def scalar_exprs(self, es: list[loop.Expr]) -> None:
         for e in es:
-            if isinstance(e, (loop.Index, loop.SharedRow)):
-                self.scalar_uses.add(e.array.name)
-            for attr in ("x", "a", "b", "c", "index", "cond", "ptr", "offset", "mask", "other"):
-                sub = getattr(e, attr, None)
-                if isinstance(sub, loop.Expr):
+            for sub in _parts(e):
+                if isinstance(sub, loop.Array):
+                    self.scalar_uses.add(sub.name)
+                else:
                     self.scalar_exprs([sub])
 
     def simd_loop(self, s: loop.For, steps: dict[str, int], outer: list[loop.For]) -> bool:
@@ -252,14 +260,18 @@ class _Planner:
         return self.plan
 
 
+#: statement fields that name what is written, not read
+_WRITTEN = ("var", "results")
+
+
 def _reads(s: loop.Stmt) -> set[str]:
+    """Variable names a (non-compound) statement reads."""
     out: set[str] = set()
-    for attr in ("value", "index", "ptr", "mask", "cond", "other"):
-        sub = getattr(s, attr, None)
-        if isinstance(sub, loop.Expr):
-            out |= _names(sub)
-    for attr in ("args", "values"):
-        for sub in getattr(s, attr, None) or []:
+    for f in fields(s):
+        if f.name in _WRITTEN:
+            continue
+        value = getattr(s, f.name)
+        for sub in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(sub, loop.Expr):
                 out |= _names(sub)
     return out
