@@ -26,6 +26,15 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "interp": ("kdsl.backends.interp", "InterpBackend"),
 }
 
+#: Variants: a registered backend run another way, reachable by name (`backend="opencl_wg"`,
+#: `kdsl.fuzz --backends llvm,opencl,opencl_wg`) but not listed among the backends, so that
+#: `available_backends()`, `kdsl compare` and the tests' backend list keep one entry per
+#: device API.  "opencl_wg": OpenCL with the GPU-style work-group lowering forced, which keeps
+#: that lowering running on a CPU device (whose OpenCL programs are one work-item each).
+VARIANTS: dict[str, tuple[str, str]] = {
+    "opencl_wg": ("kdsl.backends.opencl", "WorkGroupOpenCLBackend"),
+}
+
 #: The backend of launches that neither `backend=`, the arrays nor `KDSL_BACKEND` decide.
 DEFAULT = "llvm"
 #: The reference backend: the NumPy interpreter of the Tile IR, whose results define every
@@ -39,6 +48,11 @@ _instances: dict[str, Backend] = {}
 def all_backend_names() -> list[str]:
     """Every registered backend name, in registry order (available or not)."""
     return list(REGISTRY)
+
+
+def is_backend_name(name: str) -> bool:
+    """Whether `name` is a registered backend or a variant (`VARIANTS`)."""
+    return name in REGISTRY or name in VARIANTS
 
 
 def register_backend(name: str, module: str, cls: str) -> None:
@@ -61,10 +75,12 @@ def get_backend(name: str) -> Backend:
     if inst is not None:
         return inst
     try:
-        module, cls = REGISTRY[name]
+        module, cls = REGISTRY[name] if name in REGISTRY else VARIANTS[name]
     except (KeyError, TypeError):
         known = ", ".join(repr(n) for n in REGISTRY)
-        raise ValueError(f"unknown backend {name!r}; known backends: {known}") from None
+        variants = ", ".join(repr(n) for n in VARIANTS)
+        raise ValueError(f"unknown backend {name!r}; known backends: {known} (variants: "
+                         f"{variants})") from None
     inst = getattr(importlib.import_module(module), cls)()
     _instances[name] = inst
     return inst

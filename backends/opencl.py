@@ -548,3 +548,11 @@ class OpenCLTimer(Timer):
         e1.wait()
         wall = (time.perf_counter() - t0) * 1e3
         return (e1.profile.end - e0.profile.start) * 1e-6, wall
+
+
+class WorkGroupOpenCLBackend(OpenCLBackend):
+    """OpenCL with the work-group lowering on any device (the variant "opencl_wg",
+    backends/__init__.py `VARIANTS`): the GPU code path, run on a CPU device."""
+
+    name = "opencl_wg"
+    forced_lowering = "work-group"

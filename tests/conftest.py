@@ -20,7 +20,6 @@ import os
 import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 # Before anything compiles: tests never read or write the user's cache.
@@ -37,16 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "kernels"))
 
 from kdsl.backends import all_backend_names  # noqa: E402
 from kdsl.backends.base import Backend  # noqa: E402
-from kdsl.backends.opencl import OpenCLBackend  # noqa: E402
 from kdsl.ir import tile  # noqa: E402
 from kdsl.target import Target  # noqa: E402
 
 
 # The GPU-style work-group lowering keeps running on a real device where OpenCL's is a CPU
-# (PoCL), which itself gets the one-thread lowering: "opencl_wg" is the OpenCL backend with
-# that lowering forced, a backend of the tests only, for the language tests in WORKGROUP_DIRS.
-# It is registered only while a test that asked for it runs (`_variant`), so that tests
-# enumerating the registry or the available backends never see it.
+# (PoCL), which itself gets the one-thread lowering: the variant "opencl_wg" (OpenCL with that
+# lowering forced, backends/__init__.py `VARIANTS`) runs the language tests in WORKGROUP_DIRS.
 WORKGROUP_VARIANT = "opencl_wg"
 WORKGROUP_DIRS = ("backend",)
 
@@ -62,21 +58,6 @@ def _selected() -> list[str]:
         return every
     wanted = [b.strip() for b in env.split(",") if b.strip()]
     return [b for b in wanted if b in every] or wanted
-
-
-@contextmanager
-def _variant(name: str):
-    """Registers the work-group variant around a test that asked for it."""
-    from kdsl.backends import register_backend, unregister_backend
-
-    if name != WORKGROUP_VARIANT:
-        yield
-        return
-    register_backend(WORKGROUP_VARIANT, "conftest", "OpenCLWorkGroups")
-    try:
-        yield
-    finally:
-        unregister_backend(WORKGROUP_VARIANT)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -138,43 +119,33 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(params=_selected())
-def backend(request):
+def backend(request) -> str:
     """Name of each backend that can run here; the others are skipped, saying why."""
     from kdsl.runtime.registry import backend_status
 
     name = request.param
-    with _variant(name):
-        try:
-            ok, why = backend_status(name)
-        except ValueError as e:
-            ok, why = False, str(e)
-        if not ok:
-            required = os.environ.get("KDSL_REQUIRE_BACKENDS", "")
-            if name in [b.strip() for b in required.split(",")]:
-                pytest.fail(f"{name} backend is required (KDSL_REQUIRE_BACKENDS) but "
-                            f"unavailable: {why}")
-            pytest.skip(f"{name} backend not available: {why}")
-        yield name
+    try:
+        ok, why = backend_status(name)
+    except ValueError as e:
+        ok, why = False, str(e)
+    if not ok:
+        required = os.environ.get("KDSL_REQUIRE_BACKENDS", "")
+        if name in [b.strip() for b in required.split(",")]:
+            pytest.fail(f"{name} backend is required (KDSL_REQUIRE_BACKENDS) but unavailable: {why}")
+        pytest.skip(f"{name} backend not available: {why}")
+    return name
 
 
 @pytest.fixture(params=_selected())
-def codegen_backend(request):
+def codegen_backend(request) -> str:
     """Name of each backend whose code generator loads (no device needed)."""
     from kdsl.backends import get_backend
 
-    with _variant(request.param):
-        try:
-            get_backend(request.param)
-        except Exception as e:
-            pytest.skip(f"{request.param} backend cannot be loaded: {type(e).__name__}: {e}")
-        yield request.param
-
-
-class OpenCLWorkGroups(OpenCLBackend):
-    """The OpenCL backend with the work-group lowering on any device (WORKGROUP_VARIANT)."""
-
-    name = WORKGROUP_VARIANT
-    forced_lowering = "work-group"
+    try:
+        get_backend(request.param)
+    except Exception as e:
+        pytest.skip(f"{request.param} backend cannot be loaded: {type(e).__name__}: {e}")
+    return request.param
 
 
 

@@ -32,7 +32,7 @@ def backend_status(name: str) -> tuple[bool, str]:
     st = _status.get(name)
     if st is not None:
         return st
-    if name not in _reg.REGISTRY:
+    if name not in _reg.REGISTRY and name not in _reg.VARIANTS:
         _reg.get_backend(name)  # raises the ValueError listing the known backends
     try:
         be = _reg.get_backend(name)

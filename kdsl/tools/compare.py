@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from kdsl.backends import REFERENCE, all_backend_names
+from kdsl.backends import REFERENCE, VARIANTS, all_backend_names, is_backend_name
 from kdsl.runtime import registry
 from kdsl.runtime.launches import Launch, record_launches
 
@@ -61,11 +61,11 @@ def _is_jit(fn: Any) -> bool:
 
 def check_backend_names(backends: Sequence[str]) -> None:
     """ValueError naming the unknown ones (a typo must not become "nothing to compare")."""
-    known = all_backend_names()
-    unknown = [b for b in backends if b not in known]
+    unknown = [b for b in backends if not is_backend_name(b)]
     if unknown:
         raise ValueError(f"unknown backend{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(map(repr, unknown))}; known backends: {', '.join(known)}")
+                         f"{', '.join(map(repr, unknown))}; known backends: "
+                         f"{', '.join(all_backend_names())} (variants: {', '.join(VARIANTS)})")
 
 
 def compare(fn: Any, args: Sequence, backends: Sequence[str] | None = None,
