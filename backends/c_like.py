@@ -117,6 +117,7 @@ class CDialect:
     # {bits} bits legal (c_simd.py, "Element loops")
     vectorize_pragma: str = "#pragma clang loop vectorize_width({n})"
     vector_width_attr: str = " __attribute__((min_vector_width({bits})))"
+    align_attr: str = " __attribute__((aligned({n})))"
 
 
 # ----------------------------------------------------------------------------------- names
@@ -758,7 +759,7 @@ class CEmitter:
         # A `Var` carrying a parameter's name refers to that parameter.
         params = [self.param(p) for p in k.params]
         param_names = {p.name for p in k.params}
-        arrays = [self.declaration(a) for a in k.arrays]
+        arrays = [self.simd.aligned(a, self.declaration(a)) for a in k.arrays]
         variables = [f"{self.ctype(v.dtype)} {self.names('v', v.name)};" for v in k.variables
                      if v.name not in param_names]
         body = self.stmts(k.body, "    ")

@@ -47,7 +47,9 @@ def source(M, N, K, lanes):
 def test_micro_kernel_accumulators_are_vector_registers():
     src = source(64, 64, 32, 16)
     # 8 x 32 accumulators: 16 float16 vectors, indexed by constants once the MR loop unrolls
-    assert "float16 blk0[16];" in src
+    assert "float16 blk0[16]" in src
+    # large register arrays start on a cache line (vector accesses never split across two)
+    assert "float apack0[2048] __attribute__((aligned(64)));" in src
     fma = [line for line in src.splitlines() if "fma(((float16)(" in line]
     assert len(fma) == 1 and "vload16(0, &bpack" in fma[0] and "blk0[(" in fma[0]
     lines = src.splitlines()
@@ -63,6 +65,7 @@ def test_lane_count_follows_the_device():
     assert "float8 blk0[" in source(32, 32, 16, 8)  # an AVX2 device: 8 lanes
     scalar_src = source(32, 32, 16, 0)  # no vector width: the scalar loops of before
     assert "vload" not in scalar_src and "float16" not in scalar_src and "pragma" not in scalar_src
+    assert "aligned(" not in scalar_src
 
 
 def test_plan_leaves_other_loops_scalar():
