@@ -50,7 +50,7 @@ from math import gcd
 from kdsl.ir import loop
 from kdsl.ir.types import float32
 
-SIMD_HINT = "simd"  # kdsl/lowering/dot_cpu.py: the first statement of a SIMD loop's body
+SIMD_HINT = loop.SIMD_HINT
 #: Enclosing loops of at most this many iterations around vector-array accesses are unrolled.
 UNROLL_MAX = 16
 #: Element loops shorter than this are left to the compiler's cost model: LLVM unrolls a short
@@ -197,7 +197,7 @@ class _Planner:
     def simd_loop(self, s: loop.For, steps: dict[str, int], outer: list[loop.For]) -> bool:
         """Plan `s` as a vector loop if it qualifies (module docstring)."""
         body = s.body
-        if not (body and isinstance(body[0], loop.Comment) and body[0].text == SIMD_HINT):
+        if loop.loop_hint(s) != SIMD_HINT:
             return False
         if not all(isinstance(x, loop.Const) for x in (s.lo, s.hi, s.step)) or \
                 s.lo.value != 0 or s.step.value != 1:
@@ -305,7 +305,7 @@ def parallel(s: loop.For, lanes: int) -> bool:
             or s.hi.value - s.lo.value < max(lanes, PARALLEL_MIN_TRIP):
         return False
     body = s.body
-    if body and isinstance(body[0], loop.Comment) and body[0].text == SIMD_HINT:
+    if loop.loop_hint(s) == SIMD_HINT:
         return False  # a SIMD loop of the plan, or one it could not print (not an element loop)
     carried = _assigned(body)
     defined: set[str] = set()

@@ -60,14 +60,14 @@ LIBM_NAMES = sorted({n for table in (_LIBM_UNARY, _LIBM_BINARY) for pair in tabl
 
 
 # Loop hints: a Loop IR `For` whose body starts with `Comment(hint)` gets these loop
-# properties.  "simd" marks the loop the lowering meant as the vector dimension (the CPU dot's
+# properties.  L.SIMD_HINT ("simd", kdsl/ir/loop.py) marks the loop the lowering meant as the vector dimension (the CPU dot's
 # NR loop): it is never fully unrolled into scalars first (which would leave the vectoriser only
 # the outer loop, with gathers), so the cost model vectorises it; once vectorised it is unrolled.
 # Vectorisation is not forced (`vectorize.enable`): a forced loop that cannot be vectorised
 # makes LLVM print a remark on stderr.
 _LOOP_HINTS: dict[str, list[tuple]] = {
-    "simd": [("llvm.loop.unroll.disable",),
-             ("llvm.loop.vectorize.followup_vectorized", ("llvm.loop.unroll.full",))],
+    L.SIMD_HINT: [("llvm.loop.unroll.disable",),
+                  ("llvm.loop.vectorize.followup_vectorized", ("llvm.loop.unroll.full",))],
 }
 
 
@@ -481,8 +481,8 @@ class _FnEmitter:
         b.branch(latch)
         b.position_at_end(latch)
         b.store(b.add(self.expr(s.var), self.expr(s.step)), slot)
-        first = s.body[0] if s.body else None
-        hint = first.text if isinstance(first, L.Comment) and first.text in _LOOP_HINTS else None
+        hint = L.loop_hint(s)
+        hint = hint if hint in _LOOP_HINTS else None
         self._mark_loop(b.branch(head), hint)
         b.position_at_end(exit_)
 

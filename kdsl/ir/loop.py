@@ -397,6 +397,19 @@ class Comment(Stmt):
     text: str
 
 
+#: Loop hints: a `For` whose body starts with `Comment(hint)` carries that hint to the code
+#: generators (ignored by those that do not know it).  SIMD_HINT: the loop the lowering means
+#: as the vector dimension (the CPU dot's NR loop and its accumulator copies): the llvm
+#: backend hands it to LLVM's vectoriser (backends/llvm.py `_LOOP_HINTS`), the C emitter
+#: prints it with vector types (backends/c_simd.py).
+SIMD_HINT = "simd"
+
+
+def loop_hint(s: For) -> str | None:
+    """The hint of loop `s` (the text of its first statement when that is a Comment)."""
+    return s.body[0].text if s.body and isinstance(s.body[0], Comment) else None
+
+
 @dataclass(eq=False)
 class Intrinsic(Stmt):
     """`results... = name(args...)`: all arguments are read before any result is written, so

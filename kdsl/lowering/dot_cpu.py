@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
-from kdsl.ir import tile
+from kdsl.ir import loop, tile
 from kdsl.ir.loop import Array, ArrayStore, Assign, Cast, Comment, Expr, Fma, For, Index, Stmt
 from kdsl.ir.types import float32, int32
 
@@ -72,9 +72,8 @@ def blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
     return tuple([(mr, v * W) for mr, v in wide] + narrow)
 
 
-# The first statement of the vector (NR) loop: backends that understand it keep that loop for
-# the vectoriser instead of unrolling it (backends/llvm.py `_LOOP_HINTS`); others ignore it.
-SIMD_HINT = "simd"
+# The first statement of the vector (NR) loop (kdsl/ir/loop.py, "Loop hints").
+SIMD_HINT = loop.SIMD_HINT
 
 
 def widen(x: Expr, t) -> Expr:
