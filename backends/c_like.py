@@ -118,6 +118,8 @@ class CDialect:
     vectorize_pragma: str = "#pragma clang loop vectorize_width({n})"
     vector_width_attr: str = " __attribute__((min_vector_width({bits})))"
     align_attr: str = " __attribute__((aligned({n})))"
+    # the statement hinting that {p} will be read soon (`Prefetch`); empty: hints are dropped
+    prefetch: str = ""
 
 
 # ----------------------------------------------------------------------------------- names
@@ -268,6 +270,7 @@ class CEmitter:
             loop.Comment: self._comment, loop.Intrinsic: self._intrinsic,
             loop.VecLoad: self._vec_load, loop.VecStore: self._vec_store,
             loop.AsyncCopy: self._async_copy, loop.AsyncWait: self._async_wait,
+            loop.Prefetch: self._prefetch,
         }
 
     # -- types
@@ -680,6 +683,10 @@ class CEmitter:
         dst = f"(&{self.names('a', s.dst.name)}[{self.expr(s.index)}])"
         pred = self.expr(s.mask) if s.mask is not None else "true"
         return [f"{pad}kd_cp_async16({dst}, {self.expr(s.ptr)}, {pred});"]
+
+    def _prefetch(self, s: loop.Prefetch, pad: str) -> list[str]:
+        d = self.d.prefetch
+        return [pad + d.format(p=self.expr(s.ptr))] if d else []
 
     def _async_wait(self, s: loop.AsyncWait, pad: str) -> list[str]:
         self.need("async_copy")

@@ -519,6 +519,17 @@ class _FnEmitter:
     def _s_Comment(self, s: L.Comment) -> None:
         pass
 
+    # `llvm.prefetch(ptr, rw, locality, cache)`: a read (0) into the data cache (1) with
+    # locality 2, which x86 selects as `prefetcht1` (L2 and outward): the line is wanted by the
+    # next iteration's loads, not by this iteration's arithmetic, whose operands hold L1
+    _PREFETCH_ARGS = (0, 2, 1)
+
+    def _s_Prefetch(self, s: L.Prefetch) -> None:
+        name = "llvm.prefetch.p0"
+        fn = self.m.globals.get(name) or ir.Function(
+            self.m, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), name)
+        self.b.call(fn, [self.expr(s.ptr)] + [ir.Constant(I32, v) for v in self._PREFETCH_ARGS])
+
     def emit(self) -> ir.Function:
         self.stmts(self.k.body)
         self.b.ret_void()
@@ -758,7 +769,7 @@ OPS = (L.UNARY | L.BINARY) - {"tanh", "erf", "sigmoid"} | {"tanh:float64", "erf:
 
 class LLVMBackend(Backend):
     name = "llvm"
-    caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel"})
+    caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel", "prefetch"})
     ops = OPS
     is_cpu = True
     source_suffix = "ll"

@@ -18,8 +18,9 @@ class CompileOptions:
 
     num_warps       warps per program on OpenCL/CUDA (the lowering's `Target.threads` is
                     num_warps * 32 there); the CPU ignores it.
-    num_stages      software-pipelining depth (Triton's `num_stages`); part of the key, not
-                    used by any pass yet.
+    num_stages      software-pipelining depth (Triton's `num_stages`); on CPU targets 2 or
+                    more fetches a loop's next tiles ahead (kdsl/lowering/prefetch.py), 0 and
+                    1 do not; the GPU lowerings do not use it yet.
     check           checked mode: bounds and hint checks on every access (kdsl/passes/checks.py).
     debug           device assertions (`kd.device_assert`, `assert`) compiled in; off, they are
                     deleted.

@@ -26,6 +26,7 @@ backend turns variables into allocas that mem2reg promotes):
     Intrinsic(name, args, results)
     VecLoad(ptr, dst, mask)       VecStore(ptr, src, mask)
     AsyncCopy(dst, index, ptr, n, mask)                         AsyncWait()
+    Prefetch(ptr)                 (a hint; no semantics)
 
 Types: every expression has a `DType` or `PointerType`.  float16/bfloat16 never appear as the
 type of a variable or expression: values of those types are held in float32 (`compute_dtype`)
@@ -465,6 +466,15 @@ class AsyncWait(Stmt):
     """Wait for this thread's `AsyncCopy`s (then a barrier publishes them to the others)."""
 
 
+@dataclass(eq=False)
+class Prefetch(Stmt):
+    """A hint that `*ptr` will be read soon (the cache line holding it is fetched ahead).  No
+    semantics: `ptr` may be any address, out of bounds included; nothing is read, nothing can
+    fault, and a backend may drop it (kdsl/lowering/prefetch.py)."""
+
+    ptr: Expr
+
+
 @dataclass(frozen=True)
 class IntrinsicSim:
     """How the simulator runs an `Intrinsic`.  Per thread: `fn(args) -> results`.  With
@@ -624,6 +634,8 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
                            f"{format_expr(p)}){cond}")
             case AsyncWait():
                 out.append(f"{pad}async_wait()")
+            case Prefetch(ptr=p):
+                out.append(f"{pad}prefetch({format_expr(p)})")
             case Intrinsic(name=n, args=a, results=r):
                 lhs = ", ".join(v.name for v in r)
                 args = ", ".join(format_expr(x) for x in a)

@@ -374,6 +374,8 @@ class _Program:
                     else:
                         vals = [0] * n
                     th.pending.append((a, idx, vals))  # lands at the next AsyncWait
+                case L.Prefetch():
+                    pass  # a hint: no value, no memory access
                 case L.AsyncWait():
                     for a, idx, vals in th.pending:
                         arr = self.array(a, th)

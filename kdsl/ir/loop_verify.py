@@ -385,6 +385,9 @@ class _Verifier:
     def _async_wait(self, s: L.AsyncWait) -> None:
         pass
 
+    def _prefetch(self, s: L.Prefetch) -> None:
+        self._pointer(s.ptr)
+
     def _vector(self, s: L.VecLoad | L.VecStore) -> None:
         self._pointer(s.ptr)
         a = self.array(s.dst if isinstance(s, L.VecLoad) else s.src, None)
@@ -412,6 +415,7 @@ _STMT = {
     L.Intrinsic: _Verifier._intrinsic, L.VecLoad: _Verifier._vector,
     L.VecStore: _Verifier._vector,
     L.AsyncCopy: _Verifier._async_copy, L.AsyncWait: _Verifier._async_wait,
+    L.Prefetch: _Verifier._prefetch,
 }
 
 

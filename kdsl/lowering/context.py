@@ -58,6 +58,8 @@ class LoweringContext(Protocol):
 
     # ---------------------------------------------------------------- where it runs
     target: Target
+    #: the function being lowered (`fn.options`: the compile's options)
+    fn: tile.Function
     #: threads per program instance (`target.threads`), for layout arithmetic only
     T: int
     #: this thread's index in its program (the constant 0 with one thread per program)

@@ -16,6 +16,7 @@ from kdsl.ir.loop import Assign, Cast, Expr, For, If, While
 
 from .dot_mma import enter_resident, leave_resident, resident_accumulators
 from .elementwise import register_type
+from .prefetch import prefetch_next
 
 if TYPE_CHECKING:
     from .context import LoweringContext
@@ -47,6 +48,10 @@ def lower_for(L: LoweringContext, op: tile.Op) -> None:
     args = [body.args[1 + j] for j in kept]
     stmts, _ = L.lower_region(body, [iv] + carried, finish, loop=True,
                               block_args=[body.args[0]] + args)
+    # the next iteration's tiles fetched during this one: a pipeline of two stages, so Triton's
+    # `num_stages` <= 1 (no pipelining) turns it off
+    if "prefetch" in L.target.caps and L.fn.options.num_stages >= 2:
+        stmts = prefetch_next(stmts, iv, bound(step), carried, L.var)
     L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
     for j, st in zip(kept, carried):
         L.bind_storage(op.results[j], st)

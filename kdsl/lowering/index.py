@@ -15,10 +15,12 @@ variables; `coord` then answers coordinates of that shape with the loop variable
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import fields
 from math import prod
 from weakref import WeakKeyDictionary
 
-from kdsl.ir.loop import Binary, Const, Expr, Var
+from kdsl.ir.loop import Binary, Cast, Const, Expr, PtrAdd, Special, Var
 from kdsl.ir.types import int32
 
 # Flat index variable -> (its non-unit dims, one loop variable per dim); see `nest`.  Weak:
@@ -165,3 +167,55 @@ def trans_source(e: Expr, src: tuple[int, ...], perm: tuple[int, ...]) -> Expr:
         if dst[d] != 1:
             out = add(out, mul(coord(e, dst, d), src_strides[p]))
     return out
+
+
+def mentions(e: Expr, v: Var, memo: dict[int, bool] | None = None) -> bool:
+    """Whether expression `e` reads variable `v` (shared subexpressions visited once)."""
+    if e is v:
+        return True
+    if isinstance(e, (Var, Const, Special)):
+        return False
+    memo = {} if memo is None else memo
+    if id(e) not in memo:
+        memo[id(e)] = any(isinstance(x, Expr) and mentions(x, v, memo)
+                          for x in (getattr(e, f.name) for f in fields(e)))
+    return memo[id(e)]
+
+
+def coefficient(e: Expr, v: Var) -> int | None:
+    """How far `e` moves when `v` grows by one: elements for an integer, bytes for a pointer
+    (`PtrAdd` scales its offset by the pointee's size); None when `e` is not affine in `v`
+    with a constant coefficient (a product of two variables, a division, a load)."""
+    return _coefficient(e, v, {}, {})
+
+
+def _coefficient(e: Expr, v: Var, memo: dict[int, int | None], seen: dict[int, bool]
+                 ) -> int | None:
+    if e is v:
+        return 1
+    if not mentions(e, v, seen):
+        return 0
+    if id(e) in memo:
+        return memo[id(e)]
+    memo[id(e)] = out = _affine_step(e, v, lambda x: _coefficient(x, v, memo, seen))
+    return out
+
+
+def _affine_step(e: Expr, v: Var, rec: Callable[[Expr], int | None]) -> int | None:
+    if isinstance(e, PtrAdd):
+        p, o = rec(e.ptr), rec(e.offset)
+        return None if p is None or o is None else p + o * e.ptr.dtype.pointee.itemsize
+    if isinstance(e, Cast) and not e.dtype.is_float:
+        return rec(e.x)
+    if not isinstance(e, Binary):
+        return None
+    a, b = rec(e.a), rec(e.b)
+    if e.op in ("add", "sub"):
+        return None if a is None or b is None else (a + b if e.op == "add" else a - b)
+    if e.op == "shl" and isinstance(e.b, Const) and a is not None:
+        return a << int(e.b.value)
+    if e.op == "mul" and isinstance(e.b, Const) and a is not None:
+        return a * int(e.b.value)
+    if e.op == "mul" and isinstance(e.a, Const) and b is not None:
+        return b * int(e.a.value)
+    return None

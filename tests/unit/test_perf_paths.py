@@ -22,7 +22,7 @@ def ptr_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, st
     a_ptrs = a_ptr + (offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak)
     b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn)
     acc = kd.zeros((BM, BN), dtype=kd.float32)
-    for k in range(0, kd.cdiv(K, BK)):
+    for k in range(kd.cdiv(K, BK)):
         a = kd.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
         b = kd.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
         acc = kd.dot(a, b, acc)
@@ -272,23 +272,59 @@ def tile_dot(a_ptr, b_ptr, c_ptr, M: kd.constexpr, N: kd.constexpr, K: kd.conste
     kd.store(c_ptr + rm[:, None] * N + rn[None, :], kd.dot(a, b))
 
 
-def test_cpu_dot_packs_operands_into_micro_panels():
+@kd.jit
+def tile_dot_nt(a_ptr, bt_ptr, e_ptr, c_ptr, M: kd.constexpr, N: kd.constexpr, K: kd.constexpr):
+    rm = kd.arange(0, M)
+    rn = kd.arange(0, N)
+    rk = kd.arange(0, K)
+    a = kd.load(a_ptr + rm[:, None] * K + rk[None, :])
+    bt = kd.load(bt_ptr + rn[:, None] * K + rk[None, :])  # b stored as N x K
+    bt = kd.dot(bt, kd.load(e_ptr + rk[:, None] * K + rk[None, :]))  # in registers
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], kd.dot(a, kd.trans(bt)))
+
+
+def _dot_reads(ck):
+    """(packed arrays by base name, arrays the FMAs read, arrays the broadcasts read)."""
+    packs = {x.name.rstrip("0123456789_"): x for x in ck.kernel.arrays if "pack" in x.name}
+    fmas = [e for s in ck.kernel.body for e in _exprs(s) if isinstance(e, L.Fma)]
+    assert fmas
+    fma_reads = {e.array.name for f in fmas for e in _exprs(f) if isinstance(e, L.Index)}
+    bcast = {s.value.array.name for s in _walk(ck.kernel.body) if isinstance(s, L.Assign)
+             and isinstance(s.value, L.Index) and any(s.var.name in str(f) for f in fmas)}
+    return packs, fma_reads, bcast
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cpu_dot_reads_contiguous_tiles_in_place(dtype):
+    # row-major float32 tiles (16-bit ones are float32 in registers) need no packed copy:
+    # the broadcast reads a's array, the FMA b's rows
     M, N, K = 16, 64, 24
     rng = np.random.default_rng(2)
-    a = rng.standard_normal((M, K), dtype=np.float32)
-    b = rng.standard_normal((K, N), dtype=np.float32)
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
     c = np.zeros((M, N), np.float32)
     ck = tile_dot[(1,)](a, b, c, M=M, N=N, K=K, backend="llvm")
     assert_close(c, a.astype(np.float64) @ b.astype(np.float64), dtype=np.float32, k=K)
+    packs, fma_reads, bcast = _dot_reads(ck)
+    assert not packs, [x.name for x in ck.kernel.arrays]
+    assert len(fma_reads) == 2 and len(bcast) == 1 and not bcast & fma_reads - {"blk"}
+
+
+def test_cpu_dot_packs_a_transposed_b_into_micro_panels():
+    # `dot(a, trans(bt))` of a computed bt: b's rows are bt's columns (stride K), so b is
+    # copied into k-major NR-column panels once per dot; a is still read in place (a
+    # transposed *load* is not a view: it is loaded transposed)
+    M, N, K = 16, 64, 24
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    bt = rng.standard_normal((N, K), dtype=np.float32)
+    c = np.zeros((M, N), np.float32)
+    eye = np.eye(K, dtype=np.float32)
+    ck = tile_dot_nt[(1,)](a, bt, eye, c, M=M, N=N, K=K, backend="llvm")
+    assert_close(c, a.astype(np.float64) @ bt.T.astype(np.float64), dtype=np.float32, k=K)
     packs = {x.name.rstrip("0123456789_"): x for x in ck.kernel.arrays if "pack" in x.name}
-    assert set(packs) == {"apack", "bpack"}, [x.name for x in ck.kernel.arrays]
-    assert packs["apack"].size == M * K and packs["bpack"].size == K * N
-    # the micro-kernel's FMA reads b, and its broadcast reads a, only from the packed copies
-    fmas = [e for s in ck.kernel.body for e in _exprs(s) if isinstance(e, L.Fma)]
-    assert fmas
-    for f in fmas:
-        reads = {e.array.name for e in _exprs(f) if isinstance(e, L.Index)}
-        assert packs["bpack"].name in reads and len(reads) == 2, reads
-    bcast = [s for s in _walk(ck.kernel.body) if isinstance(s, L.Assign)
-             and isinstance(s.value, L.Index) and s.value.array is packs["apack"]]
-    assert bcast
+    assert set(packs) == {"bpack"}, [x.name for x in ck.kernel.arrays]
+    assert packs["bpack"].size == K * N
+    fmas = [e for s in _walk(ck.kernel.body) for e in _exprs(s) if isinstance(e, L.Fma)]
+    assert any(e.array is packs["bpack"] for f in fmas for e in _exprs(f)
+               if isinstance(e, L.Index))
