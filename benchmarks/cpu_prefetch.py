@@ -42,7 +42,7 @@ BUILDS = (("stages=1", 1), ("stages=3", 3))
 
 def interleaved(runs: dict[str, Callable[[], Any]], rounds: int, pause: float
                 ) -> dict[str, tuple[float, float]]:
-    """(median ms, max / min) of each run over `rounds` rotating rounds."""
+    """(median ms, min ms, max / min) of each run over `rounds` rotating rounds."""
     names = list(runs)
     for n in names:  # warm-up: compiles, page faults, thread pools
         runs[n]()
@@ -53,7 +53,7 @@ def interleaved(runs: dict[str, Callable[[], Any]], rounds: int, pause: float
             t0 = time.perf_counter()
             runs[n]()
             times[n].append((time.perf_counter() - t0) * 1e3)
-    return {n: (statistics.median(t), max(t) / min(t)) for n, t in times.items()}
+    return {n: (statistics.median(t), min(t), max(t) / min(t)) for n, t in times.items()}
 
 
 def case_matmul(n: int):
@@ -120,10 +120,11 @@ def main() -> None:
             check()
             best_peer = min(v[0] for k, v in res.items() if not k.startswith("stages"))
             print(f"\n{title} ({o.rounds} rounds)")
-            for label, (ms, spread) in res.items():
+            for label, (ms, low, spread) in res.items():
                 gf = f"{flops / ms / 1e6:7.1f} GFLOP/s" if flops else ""
                 ratio = f"peer/this {best_peer / ms:4.2f}" if label.startswith("stages") else ""
-                print(f"  {label:12s} {ms:9.2f} ms  spread {spread:4.2f}  {gf}  {ratio}")
+                print(f"  {label:12s} {ms:9.2f} ms (min {low:8.2f})  spread {spread:4.2f}  {gf}  "
+                      f"{ratio}")
     print("\n" + load_line() + " (at the end)")
 
 

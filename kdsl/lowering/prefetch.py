@@ -9,8 +9,9 @@ two).  This rewrite of a lowered loop body issues `Prefetch` hints for the *next
 addresses while the current one computes:
 
 * a load qualifies when it sits in a loop nest inside the body and its address, with the
-  body's single assignments substituted, depends only on loop invariants, the nest's own loop
-  variables and the loop's *advancing* variables: the induction variable (next value `i +
+  body's single assignments substituted, is integer arithmetic that cannot fault or trap
+  (no memory read: a paged block table's next entry may lie past the table) on loop
+  invariants, the nest's own loop variables and the loop's *advancing* variables: the induction variable (next value `i +
   step`) and carried scalars updated once as `x = x + c` (the pointer offsets of
   kdsl/passes/loop_pointers.py);
 * the hints for the next iteration are that address with each advancing variable replaced by
@@ -31,21 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 
-from kdsl.ir.loop import (
-    Assign,
-    Binary,
-    Const,
-    Expr,
-    For,
-    If,
-    Load,
-    Prefetch,
-    Special,
-    Stmt,
-    Type,
-    Var,
-    While,
-)
+from kdsl.ir.loop import (Assign, Binary, Cast, Const, Expr, For, If, Load, Prefetch, PtrAdd,
+                          Special, Stmt, Type, Var, While)
 
 from . import index as ix
 
@@ -104,6 +92,24 @@ def _tree_size(e: Expr, memo: dict[int, int] | None = None) -> int:
         memo[id(e)] = 1 + sum(_tree_size(v, memo) for v in (getattr(e, f.name) for f in fields(e))
                               if isinstance(v, Expr))
     return memo[id(e)]
+
+
+#: integer ops a hint's address may use: it is evaluated one iteration early, so it must not
+#: read memory (a `Load` or `Index` of the next iteration may be out of bounds) or trap (an
+#: integer division by a variable)
+SAFE_BINARY = frozenset("add sub mul shl shr and or xor maximum minimum".split())
+
+
+def _safe(e: Expr) -> bool:
+    """Whether evaluating address `e` early can neither fault nor trap."""
+    for x in _nodes(e):
+        if isinstance(x, (Var, Const, Special, PtrAdd, Cast)):
+            continue
+        if isinstance(x, Binary) and (x.op in SAFE_BINARY or x.op in ("div", "mod") and
+                                      isinstance(x.b, Const) and x.b.value != 0):
+            continue
+        return False
+    return True
 
 
 def _vars(e: Expr) -> Iterator[Var]:
@@ -241,7 +247,7 @@ def prefetch_next(body: list[Stmt], iv: Var, step: Expr, carried: list,
                 for e in _stmt_exprs(s):
                     for ld in _loads(e):
                         ptr = _subst(ld.ptr, env)
-                        if _tree_size(ptr) > MAX_HINT_NODES:
+                        if _tree_size(ptr) > MAX_HINT_NODES or not _safe(ptr):
                             continue
                         own = {lp.var.name for lp in loops}
                         free = [x.name for x in _vars(ptr) if x.name not in own]

@@ -179,3 +179,24 @@ def test_num_stages_one_turns_the_hints_off():
                              num_stages=3)
     assert not _prefetches(one.kernel) and _prefetches(three.kernel)
     np.testing.assert_array_equal(c1, c3)
+
+
+@kd.jit
+def paged(x_ptr, table_ptr, out_ptr, n, BLOCK: kd.constexpr):
+    # the next block's address needs the table's next entry, which may lie past the table:
+    # a hint must not read memory, so this loop gets none
+    offs = kd.arange(0, BLOCK)
+    acc = kd.zeros((BLOCK,), dtype=kd.float32)
+    for i in range(n):
+        blk = kd.load(table_ptr + i)
+        acc += kd.load(x_ptr + blk * BLOCK + offs)
+    kd.store(out_ptr + offs, acc)
+
+
+def test_no_hint_whose_address_reads_memory():
+    x = np.arange(64 * 4, dtype=np.float32)
+    table = np.array([3, 1], np.int32)  # the last iteration's "next entry" is past the end
+    out = np.zeros(64, np.float32)
+    ck = paged[(1,)](x, table, out, 2, BLOCK=64, backend="llvm")
+    np.testing.assert_array_equal(out, x[192:] + x[64:128])
+    assert not _prefetches(ck.kernel)
