@@ -200,3 +200,15 @@ def test_no_hint_whose_address_reads_memory():
     ck = paged[(1,)](x, table, out, 2, BLOCK=64, backend="llvm")
     np.testing.assert_array_equal(out, x[192:] + x[64:128])
     assert not _prefetches(ck.kernel)
+
+
+def test_example_runs(capsys):
+    """examples/cpu_prefetch.py: no hints at num_stages=1, two at 3, equal results."""
+    import runpy
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / "cpu_prefetch.py"
+    runpy.run_path(str(path), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "num_stages=1: 0 prefetch hints" in out and "num_stages=3: 2 prefetch hints" in out
+    assert "results equal: True" in out
