@@ -49,8 +49,10 @@ def lower_for(L: LoweringContext, op: tile.Op) -> None:
     stmts, _ = L.lower_region(body, [iv] + carried, finish, loop=True,
                               block_args=[body.args[0]] + args)
     # the next iteration's tiles fetched during this one: a pipeline of two stages, so Triton's
-    # `num_stages` <= 1 (no pipelining) turns it off
-    if "prefetch" in L.target.caps and L.fn.options.num_stages >= 2:
+    # `num_stages` <= 1 (no pipelining), of the launch or of this loop's `kd.range`, turns it off
+    stages = op.attrs.get("num_stages")
+    stages = L.fn.options.num_stages if stages is None else stages
+    if "prefetch" in L.target.caps and stages >= 2:
         stmts = prefetch_next(stmts, iv, bound(step), carried, L.var)
     L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
     for j, st in zip(kept, carried):

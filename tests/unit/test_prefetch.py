@@ -212,3 +212,29 @@ def test_example_runs(capsys):
     out = capsys.readouterr().out
     assert "num_stages=1: 0 prefetch hints" in out and "num_stages=3: 2 prefetch hints" in out
     assert "results equal: True" in out
+
+
+@kd.jit
+def mm_range(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr,
+             BK: kd.constexpr, STAGES: kd.constexpr):
+    rm = kd.program_id(0) * BM + kd.arange(0, BM)
+    rn = kd.arange(0, BN)
+    rk = kd.arange(0, BK)
+    acc = kd.zeros((BM, BN), dtype=kd.float32)
+    for k0 in kd.range(0, K, BK, num_stages=STAGES):
+        a = kd.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :])
+        b = kd.load(b_ptr + (k0 + rk)[:, None] * N + rn[None, :])
+        acc = kd.dot(a, b, acc)
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+def test_kd_range_num_stages_sets_it_per_loop():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((32, 128), dtype=np.float32)
+    b = rng.standard_normal((128, 64), dtype=np.float32)
+    c = np.zeros((32, 64), np.float32)
+    for stages, want in ((1, False), (2, True)):
+        ck = mm_range[(1,)](a, b, c, 32, 64, 128, BM=32, BN=64, BK=64, STAGES=stages,
+                            backend="llvm")
+        assert bool(_prefetches(ck.kernel)) is want, stages
+        assert_close(c, a.astype(np.float64) @ b.astype(np.float64), dtype=np.float32, k=128)
