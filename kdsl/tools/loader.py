@@ -10,9 +10,26 @@ from pathlib import Path
 from typing import Any
 
 
+def _package_name(file: Path) -> tuple[Path, str] | None:
+    """(folder above the package, dotted module name) of a file inside a package (folders
+    with `__init__.py`), so that its relative imports work; None for a standalone file."""
+    parts = [file.stem]
+    folder = file.parent.resolve()
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return (folder, ".".join(parts)) if len(parts) > 1 else None
+
+
 def load_module(path: str | os.PathLike, name: str | None = None) -> Any:
-    """Import a Python file as a module (its folder goes on sys.path for its own imports)."""
+    """Import a Python file as a module (its folder goes on sys.path for its own imports); a
+    file inside a package is imported as that package's module."""
     file = Path(path)
+    pkg = None if name else _package_name(file)
+    if pkg is not None:
+        root, dotted = pkg
+        sys.path.insert(0, str(root))
+        return importlib.import_module(dotted)
     spec = importlib.util.spec_from_file_location(name or file.stem, file)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(file.parent.resolve()))
@@ -30,7 +47,11 @@ def load_kernel(target: str, command: str = "kdsl dump") -> tuple[Any, Any, str]
     file = Path(path)
     if not file.is_file():
         raise SystemExit(f"{command}: no such file {path}")
-    module = load_module(file)
+    try:
+        module = load_module(file)
+    except Exception as e:  # the user's file failed to import: one line, not a traceback
+        raise SystemExit(f"{command}: importing {path} failed: {type(e).__name__}: {e}"
+                         ) from None
     kernel = getattr(module, name, None)
     if kernel is None or not hasattr(kernel, "compile"):
         raise SystemExit(f"{command}: {path} has no @kd.jit kernel {name!r}")

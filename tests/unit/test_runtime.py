@@ -451,3 +451,24 @@ def test_cli_dump(fake, tmp_path, capsys):
     # --args that do not fit the signature: a message naming the kernel, not a traceback
     with pytest.raises(SystemExit, match=r"kdsl dump: k: too many arguments"):
         main(["dump", f"{src}:k", "-b", "fake", "--args", "*float32", "i32", "i32", "i32"])
+
+
+def test_cli_dump_imports_a_package_module_and_reports_a_broken_file(fake, tmp_path, capsys):
+    from kdsl.cli import main
+    # a kernel file inside a package, with a relative import (as kernels/attention.py has)
+    pkg = tmp_path / "kpkg_dump"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sizes.py").write_text("BLOCK = 8\n")
+    (pkg / "kern.py").write_text(
+        "import kdsl as kd\nfrom . import sizes\n\n"
+        "@kd.jit\ndef k(x_ptr, n, BLOCK: kd.constexpr):\n    pass\n")
+    assert main(["dump", f"{pkg / 'kern.py'}:k", "-b", "fake", "--stage", "fake-stage",
+                 "--args", "*float32", "i32", "BLOCK=8"]) == 0
+    assert capsys.readouterr().out.strip() == "stage of k"
+    # a file that fails to import: one line naming it and the error, not a traceback
+    bad = tmp_path / "broken_kmod.py"
+    bad.write_text("import kdsl as kd\nraise RuntimeError('boom at import')\n")
+    with pytest.raises(SystemExit, match=r"kdsl dump: importing .*broken_kmod.py failed: "
+                                         r"RuntimeError: boom at import"):
+        main(["dump", f"{bad}:k", "-b", "fake"])
