@@ -49,7 +49,7 @@ def load_kernel(target: str, command: str = "kdsl dump") -> tuple[Any, Any, str]
         raise SystemExit(f"{command}: no such file {path}")
     try:
         module = load_module(file)
-    except Exception as e:  # the user's file failed to import: one line, not a traceback
+    except Exception as e:  # noqa: BLE001 - the user's file failed to import: one line
         raise SystemExit(f"{command}: importing {path} failed: {type(e).__name__}: {e}"
                          ) from None
     kernel = getattr(module, name, None)
