@@ -6,7 +6,10 @@ in a rotating order, after a short pause).  Figures are medians and, because two
 on a shared host swing, the spread (max / min) over the rounds; both kdsl builds must give the
 same output bits.
 
-    python benchmarks/cpu_prefetch.py [--only matmul,attention] [--rounds 11] [--sizes 1024,2048]
+    python benchmarks/cpu_prefetch.py [--only matmul,attention,mlp] [--rounds 11]
+        [--sizes 1024,2048]
+
+`mlp` times the library's SwiGLU MLP (default options) against torch alone.
 
 `KDSL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/cpu_prefetch.py` gives the
 one-core figures (both kdsl and the BLAS peer on one thread).
@@ -99,7 +102,31 @@ def case_attention(_n: int):
     return f"attention H{H} S{S} D{D}", runs, check, 4 * H * S * S * D
 
 
-CASES = {"matmul": case_matmul, "attention": case_attention}
+def case_mlp(_n: int):
+    """The library's SwiGLU MLP at the size of the issue "CPU performance" (its configs, its
+    default num_stages) against torch's three matmuls and SiLU: the peer of its target."""
+    import kdsl.kernels as K
+
+    M, D, H = 512, 2048, 5504
+    x = RNG.standard_normal((M, D), dtype=np.float32)
+    wg, wu = (RNG.standard_normal((D, H), dtype=np.float32) / 40 for _ in range(2))
+    wd = RNG.standard_normal((H, D), dtype=np.float32) / 70
+    got: dict[str, Any] = {}
+    runs: dict[str, Callable[[], Any]] = {
+        "kdsl": lambda: got.__setitem__("kdsl", K.mlp(x, wg, wu, wd))}
+    if torch is not None:
+        tx, tg, tu, td = (torch.from_numpy(a) for a in (x, wg, wu, wd))
+        runs["torch"] = lambda: (F.silu(tx @ tg) * (tx @ tu)) @ td
+
+    def check():
+        xd = x.astype(np.float64)
+        g = xd @ wg
+        ref = (g / (1 + np.exp(-g)) * (xd @ wu)) @ wd
+        np.testing.assert_allclose(got["kdsl"], ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+    return f"mlp (SwiGLU) {M}x{D}x{H}", runs, check, 2 * M * D * H * 3
+
+
+CASES = {"matmul": case_matmul, "attention": case_attention, "mlp": case_mlp}
 
 
 def main() -> None:
@@ -118,11 +145,12 @@ def main() -> None:
             title, runs, check, flops = CASES[name](n)
             res = interleaved(runs, o.rounds, o.pause)
             check()
-            best_peer = min(v[0] for k, v in res.items() if not k.startswith("stages"))
+            ours = ("stages", "kdsl")
+            best_peer = min(v[0] for k, v in res.items() if not k.startswith(ours))
             print(f"\n{title} ({o.rounds} rounds)")
             for label, (ms, low, spread) in res.items():
                 gf = f"{flops / ms / 1e6:7.1f} GFLOP/s" if flops else ""
-                ratio = f"peer/this {best_peer / ms:4.2f}" if label.startswith("stages") else ""
+                ratio = f"peer/this {best_peer / ms:4.2f}" if label.startswith(ours) else ""
                 print(f"  {label:12s} {ms:9.2f} ms (min {low:8.2f})  spread {spread:4.2f}  {gf}  "
                       f"{ratio}")
     print("\n" + load_line() + " (at the end)")
