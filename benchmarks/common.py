@@ -28,6 +28,27 @@ def median_ms(fn: Callable[[], object], repeat: int = 20, warmup: int = 3) -> fl
     return statistics.median(times)
 
 
+def round_times(runs: dict[str, Callable[[], object]], rounds: int, pause: float = 0.0,
+                rotate: bool = True) -> dict[str, list[float]]:
+    """Milliseconds of each run per round, after one warm-up call of each (compiles, page
+    faults, thread pools): every round runs each contender once, the order rotating by one per
+    round (`rotate`), each call after `pause` seconds (BLAS and OpenMP pools spin for a while
+    after a call; the pause keeps that off the next timing)."""
+    names = list(runs)
+    for n in names:
+        runs[n]()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names) if rotate else 0
+        for n in names[k:] + names[:k]:
+            if pause:
+                time.sleep(pause)
+            t0 = time.perf_counter()
+            runs[n]()
+            times[n].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def cpu_model() -> str:
     """The CPU's marketing name (/proc/cpuinfo on Linux) and LLVM's name for its core."""
     name = platform.processor() or platform.machine()

@@ -21,14 +21,13 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import load_line, machine_header
+from common import load_line, machine_header, round_times
 from run import attention_kernel, matmul_kernel
 
 import kdsl as kd
@@ -44,19 +43,10 @@ BUILDS = (("stages=1", 1), ("stages=3", 3))
 
 
 def interleaved(runs: dict[str, Callable[[], Any]], rounds: int, pause: float
-                ) -> dict[str, tuple[float, float]]:
+                ) -> dict[str, tuple[float, float, float]]:
     """(median ms, min ms, max / min) of each run over `rounds` rotating rounds."""
-    names = list(runs)
-    for n in names:  # warm-up: compiles, page faults, thread pools
-        runs[n]()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            time.sleep(pause)
-            t0 = time.perf_counter()
-            runs[n]()
-            times[n].append((time.perf_counter() - t0) * 1e3)
-    return {n: (statistics.median(t), min(t), max(t) / min(t)) for n, t in times.items()}
+    return {n: (statistics.median(t), min(t), max(t) / min(t))
+            for n, t in round_times(runs, rounds, pause).items()}
 
 
 def case_matmul(n: int):

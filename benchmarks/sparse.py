@@ -17,12 +17,14 @@ import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import kdsl.kernels as K
 import numpy as np
 from kdsl.kernels import reference as R
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import round_times
 
 
 def cpu_model() -> str:
@@ -44,16 +46,9 @@ def load() -> str:
 
 
 def interleaved(cands: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median milliseconds of each candidate, one call of each per round (after one warm-up
-    call of each, which also compiles and autotunes)."""
-    for fn in cands.values():
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in cands}
-    for _ in range(rounds):
-        for name, fn in cands.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - t0) * 1e3)
+    """Median milliseconds of each candidate, one call of each per round in a fixed order
+    (after one warm-up call of each, which also compiles and autotunes)."""
+    times = round_times(cands, rounds, rotate=False)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

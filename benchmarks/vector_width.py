@@ -19,7 +19,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import load_line, machine_header
+from common import load_line, machine_header, round_times
 from kdsl.backends import llvm_host
 from kdsl.kernels.matmul import grouped_tile
 from run import attention_kernel, matmul_kernel, rms_norm_kernel, softmax_kernel
@@ -70,19 +69,8 @@ def builds(kernel: Any, launch: Callable[[Any, str], Any]) -> dict[str, Callable
 
 def interleaved(runs: dict[str, Callable[[], Any]], rounds: int, pause: float
                 ) -> dict[str, float]:
-    """Median ms of each run over `rounds` rounds; each round runs every contender once, the
-    order rotating by one per round."""
-    names = list(runs)
-    for n in names:  # warm-up (compiles, page faults, pools)
-        runs[n]()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            time.sleep(pause)
-            t0 = time.perf_counter()
-            runs[n]()
-            times[n].append((time.perf_counter() - t0) * 1e3)
-    return {n: statistics.median(t) for n, t in times.items()}
+    """Median ms of each run over `rounds` rotating rounds (common.round_times)."""
+    return {n: statistics.median(t) for n, t in round_times(runs, rounds, pause).items()}
 
 
 def _t(x: np.ndarray):

@@ -35,7 +35,6 @@ strategy.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 from functools import lru_cache
 
 from kdsl.ir import loop, tile
@@ -116,25 +115,19 @@ def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int,
 
 
 def _in_place(L: LoweringContext, v: tile.Value, arr: Array, t, coords: list[Expr],
-              unit: Var | None, out: Array) -> Expr | None:
+              loops: list[Var], unit: Var | None, out: Array) -> Expr | None:
     """The index in `arr` (the array holding `v`'s storage) of element `coords` of `v`, when
     the micro-kernel may read it there: `arr` holds `t` values (16-bit floats are held as
-    float32 in registers), is not the output the dot updates, and the index is affine, with
-    stride 1 along `unit` where given; else None (the operand is packed)."""
+    float32 in registers), is not the output the dot updates, and the index is affine in the
+    micro-kernel's loop variables `loops` (no coordinates by shifts and masks, as a reshaped
+    view needs), with stride 1 along `unit` where given; else None (the operand is packed)."""
     if arr.dtype != t or arr is out:
         return None
     at = L.at(v, coords)[1]
-    if _has_div(at) or (unit is not None and ix.coefficient(at, unit) != 1):
+    steps = [ix.coefficient(at, x) for x in loops]
+    if None in steps or (unit is not None and ix.coefficient(at, unit) != 1):
         return None
     return at
-
-
-def _has_div(e: Expr) -> bool:
-    """Whether an index expression divides (a reshaped view: coordinates by shifts and
-    masks), which the micro-kernel must not compute per element."""
-    if isinstance(e, loop.Binary) and e.op in ("div", "mod", "shr", "and"):
-        return True
-    return any(isinstance(x, Expr) and _has_div(x) for x in (getattr(e, f.name) for f in fields(e)))
 
 
 def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
@@ -162,12 +155,12 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     # (1.05-1.15x at 1024^3, benchmarks/RESULTS.md).
     out = dot_output(L, op, t, M * N)  # (before: an operand array it updates is packed)
     row = ix.add(m0, i)
-    direct_a = _in_place(L, a, A, t, [row, kk], None, out)
+    direct_a = _in_place(L, a, A, t, [row, kk], [m0, i, kk], None, out)
     if direct_a is None:
         A = _pack_loops(L, "apack", A, t, MR, M, K, lambda m, k: L.at(a, [m, k])[1])
         direct_a = ix.add(ix.add(ix.mul(m0, K), ix.mul(kk, MR)), i)
     col = ix.add(n0, j)
-    direct_b = _in_place(L, b, B, t, [kk, col], j, out)
+    direct_b = _in_place(L, b, B, t, [kk, col], [kk, n0, j], j, out)
     if direct_b is None:
         B = _pack_loops(L, "bpack", B, t, NR, N, K, lambda n, k: L.at(b, [k, n])[1])
         direct_b = ix.add(ix.add(ix.mul(n0, K), ix.mul(kk, NR)), j)
