@@ -253,6 +253,8 @@ def lower_reduce(L: LoweringContext, op: tile.Op) -> None:
         if fused is not None:
             bind_scalar(L, op.results, kind, fused)
             return
+    elif _column_reduce(L, op, kind, acc_ts[0], axis, R, O):
+        return
     L.close()
     arrs = L.addressable(*[L.view(v)[0] for v in xs])  # reduce(trans(y)) reads y's storage
 
@@ -340,6 +342,65 @@ def _fused_partial_sum(L: LoweringContext, op: tile.Op, kind: str, t: DType, R: 
     L.emit(For(j, ix.c32(0), ix.c32(V), ix.c32(1),
                      [Assign(acc.val, Binary("add", acc.val, Index(part, j)))]))
     return acc
+
+
+#: Reductions `_column_reduce` interchanges (their combine is one Loop IR op).
+COLUMN_OPS = {"sum": "add", "max": "maximum", "min": "minimum"}
+
+
+def _column_reduce(L: LoweringContext, op: tile.Op, kind: str, t: DType, axis: int, R: int,
+                   O: int) -> bool:
+    """A reduction along an axis that is not x's innermost (decode attention's
+    `sum(p[:, None] * v, axis=0)`) on one thread, with the loops interchanged: an array of the
+    O accumulators, then for r: for o: `acc[o] = acc[o] (op) x[.., r, ..]`, whose inner loop
+    runs along x's contiguous elements and vectorises across outputs (the generic loop, for o:
+    for r:, walks x with a stride and every step waits for the previous one).  Where x is
+    computed in the open group, over nested loops of x's shape, the accumulation is appended
+    to that group's body, so x needs no array and is walked once.  Every output still combines
+    r = 0, 1, ... R-1 in order from the identity: the results are bit-identical to the generic
+    loop's.  False where this does not apply (x's innermost axis, several threads, argmax,
+    custom combines, multi-operand reductions)."""
+    x, res = op.operands[0], op.results[0]
+    dims = ix.nest_dims(x.shape)  # the open group's loops, if it runs over x's shape
+    if not (L.target.one_thread_per_program and kind in COLUMN_OPS and len(op.operands) == 1
+            and R > 1 and any(d != 1 for d in x.shape[axis + 1:])):
+        return False
+    # A view whose reduced axis is contiguous in its base (`sum(trans(y), axis=0)` reads y's
+    # rows) keeps the generic loop, which walks those rows.
+    base, cmap = L.view(x)
+    o_probe, r_probe = Var("o", int32), Var("r", int32)  # never emitted
+    coords = ix.unflatten(o_probe, res.shape)
+    if ix.coefficient(ix.flatten(cmap(coords[:axis] + [r_probe] + coords[axis:]), base.shape),
+                      r_probe) == 1:
+        return False
+    g = L.group
+    fused = (g is not None and g.n == x.type.numel and g.vec is None and g.dims == dims
+             and len(g.loops) == len(dims) and L.in_group(x))
+    combine_op = COLUMN_OPS[kind]
+    acc = L.array("col", t, O)
+    o = L.var("o", int32)
+    L.emit(For(o, ix.c32(0), ix.c32(O), ix.c32(1), [ArrayStore(acc, o, identity(kind, t))]))
+    if fused:
+        ax = sum(1 for d in x.shape[:axis] if d != 1)
+        keep = [i for i in range(len(dims)) if i != ax]
+        slot = ix.nested_flat(tuple(g.loops[i] for i in keep), tuple(dims[i] for i in keep))
+        g.body.append(ArrayStore(acc, slot, Binary(combine_op, Index(acc, slot), L.read(x))))
+        g.ops.add(id(op))  # x (if nothing else reads it) needs no array
+        L.close()
+    else:
+        L.close()
+        src = L.addressable(L.view(x)[0])[0]
+        r = L.var("r", int32)
+        coords = ix.unflatten(o, res.shape)
+        flat = L.at(x, coords[:axis] + [r] + coords[axis:])[1]
+        step = ArrayStore(acc, o, Binary(combine_op, Index(acc, o), Index(src, flat)))
+        L.emit(For(r, ix.c32(0), ix.c32(R), ix.c32(1),
+                   [For(o, ix.c32(0), ix.c32(O), ix.c32(1), [step])]))
+    g = L.open_group(O)
+    g.ops.add(id(op))
+    value = Index(acc, g.e)
+    L.bind(res, rounded(value, res.type.elem) if kind == "sum" else value, g)
+    return True
 
 
 def _phase1(L: LoweringContext, kind, ts, arrs, x_index, O, P, R) -> tuple[list[Array], Array | None]:

@@ -328,3 +328,96 @@ def test_cpu_dot_packs_a_transposed_b_into_micro_panels():
     fmas = [e for s in _walk(ck.kernel.body) for e in _exprs(s) if isinstance(e, L.Fma)]
     assert any(e.array is packs["bpack"] for f in fmas for e in _exprs(f)
                if isinstance(e, L.Index))
+
+
+@kd.jit
+def column_stats(x_ptr, w_ptr, y_ptr, R, O: kd.constexpr, BR: kd.constexpr):
+    rows = kd.arange(0, BR)
+    cols = kd.arange(0, O)
+    rmask = rows < R
+    w = kd.load(w_ptr + rows, mask=rmask, other=0.0)
+    x = kd.load(x_ptr + rows[:, None] * O + cols[None, :], mask=rmask[:, None], other=0.0)
+    s = kd.sum(w[:, None] * x, axis=0)
+    hi = kd.max(kd.where(rmask[:, None], x, -float("inf")), axis=0)
+    lo = kd.min(kd.where(rmask[:, None], x, float("inf")), axis=0)
+    kd.store(y_ptr + cols, s)
+    kd.store(y_ptr + O + cols, hi)
+    kd.store(y_ptr + 2 * O + cols, lo)
+
+
+@kd.jit
+def column_sum_of_transpose(x_ptr, y_ptr, BR: kd.constexpr, O: kd.constexpr):
+    # x is [O, BR] in memory; its transpose's column sums are x's row sums (contiguous);
+    # the loop reading x keeps it in an array, which the sum reads through the transpose
+    r = kd.arange(0, BR)
+    o = kd.arange(0, O)
+    x = kd.load(x_ptr + o[:, None] * BR + r[None, :])
+    t = kd.zeros((O,), kd.float32)
+    for i in range(2):
+        t += kd.max(x, axis=1)
+    kd.store(y_ptr + o, kd.sum(kd.trans(x), axis=0) + t)
+
+
+@kd.jit
+def column_sum_of_stored(x_ptr, y_ptr, BR: kd.constexpr, O: kd.constexpr):
+    # x is read again after a loop over its rows: it lives in an array when summed
+    r = kd.arange(0, BR)
+    o = kd.arange(0, O)
+    x = kd.load(x_ptr + r[:, None] * O + o[None, :])
+    t = kd.zeros((O,), kd.float32)
+    for i in range(2):
+        t += kd.max(x, axis=0)
+    kd.store(y_ptr + o, kd.sum(x, axis=0) + t)
+
+
+def _serial_columns(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Column sums, maxima and minima combined row by row in float32 (the lowering's order)."""
+    s = np.zeros(x.shape[1], np.float32)
+    for r in range(x.shape[0]):
+        s = s + w[r] * x[r]
+    return np.concatenate([s, np.max(x, axis=0), np.min(x, axis=0)])
+
+
+def test_column_reduction_interchanged_and_fused():
+    """A reduction along a tile's outer axis on one thread runs for r: for o: over an array
+    of the O accumulators (the inner loop walks x's contiguous elements), accumulated in the
+    loop that computes x (the product w * x gets no R x O array); every column combines its
+    rows in order, so the bits equal a row-by-row float32 sum.  A NaN propagates through
+    max and min as before."""
+    rng = np.random.default_rng(6)
+    R, O, BR = 37, 64, 64
+    x = rng.standard_normal((R, O)).astype(np.float32)
+    x[5, 3] = np.nan
+    w = rng.standard_normal(R).astype(np.float32)
+    y = np.empty(3 * O, np.float32)
+    loop = column_stats.compile(x, w, y, R, O=O, BR=BR, backend="llvm").ir["loop"]
+    assert f"[{BR * O}]" not in loop, loop  # neither x nor w * x is stored
+    assert loop.count("reg float32 col") == 3, loop
+    want = _serial_columns(x, w)
+    for be in [b for b in ("llvm", "opencl", "interp") if b in kd.available_backends()]:
+        y[:] = 0
+        column_stats[(1,)](x, w, y, R, O=O, BR=BR, backend=be)
+        np.testing.assert_array_equal(y, want, err_msg=be)
+
+
+def test_column_reduction_of_a_contiguous_view_or_stored_tile():
+    """`sum(trans(x), axis=0)` reads x's rows, which are contiguous: the generic row loop is
+    kept.  A tile that lives in an array (read again later) is summed by the interchanged
+    loops over that array, with the same bits."""
+    rng = np.random.default_rng(7)
+    xt = rng.standard_normal((16, 32)).astype(np.float32)
+    y = np.empty(16, np.float32)
+    loop = column_sum_of_transpose.compile(xt, y, BR=32, O=16, backend="llvm").ir["loop"]
+    assert "reg float32 col" not in loop, loop
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+    loop = column_sum_of_stored.compile(x, y, BR=32, O=16, backend="llvm").ir["loop"]
+    assert loop.count("reg float32 col") == 2, loop
+    s = np.zeros(16, np.float32)
+    for r in range(32):
+        s = s + x[r]
+    want = s + (np.max(x, axis=0) + np.max(x, axis=0))
+    for be in [b for b in ("llvm", "opencl", "interp") if b in kd.available_backends()]:
+        column_sum_of_stored[(1,)](x, y, BR=32, O=16, backend=be)
+        np.testing.assert_array_equal(y, want, err_msg=be)
+        column_sum_of_transpose[(1,)](xt, y, BR=32, O=16, backend=be)
+        assert_close(y, xt.astype(np.float64).sum(axis=1) + 2 * xt.max(axis=1))
