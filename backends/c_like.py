@@ -270,7 +270,7 @@ class CEmitter:
             loop.Comment: self._comment, loop.Intrinsic: self._intrinsic,
             loop.VecLoad: self._vec_load, loop.VecStore: self._vec_store,
             loop.AsyncCopy: self._async_copy, loop.AsyncWait: self._async_wait,
-            loop.Prefetch: self._prefetch,
+            loop.Prefetch: self._prefetch, loop.Transpose: self._transpose,
         }
 
     # -- types
@@ -687,6 +687,16 @@ class CEmitter:
     def _prefetch(self, s: loop.Prefetch, pad: str) -> list[str]:
         d = self.d.prefetch
         return [pad + d.format(p=self.expr(s.ptr))] if d else []
+
+    def _transpose(self, s: loop.Transpose, pad: str) -> list[str]:
+        # the statement's meaning as loops (the lowering emits it only for targets with the
+        # `transpose_block` capability; the C dialects print it all the same)
+        dst, src = self.names("a", s.dst.name), self.names("a", s.src.name)
+        da, sa = self.expr(s.dst_at), self.expr(s.src_at)
+        return [f"{pad}for (int kd_ti = 0; kd_ti < {s.n}; kd_ti++)",
+                f"{pad}    for (int kd_tj = 0; kd_tj < {s.n}; kd_tj++)",
+                f"{pad}        {dst}[({da}) + kd_tj * {s.dst_stride} + kd_ti] = "
+                f"{src}[({sa}) + kd_ti * {s.src_stride} + kd_tj];"]
 
     def _async_wait(self, s: loop.AsyncWait, pad: str) -> list[str]:
         self.need("async_copy")

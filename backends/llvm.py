@@ -20,6 +20,7 @@ them); register and shared arrays are allocas of `[size x T]` (int1 arrays hold 
 from __future__ import annotations
 
 import threading
+import weakref
 from functools import lru_cache
 from typing import Any
 
@@ -30,7 +31,7 @@ from kdsl.ir.types import DType, PointerType, int1
 from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
-from . import llvm_atomics, llvm_debug, llvm_host
+from . import llvm_atomics, llvm_debug, llvm_host, llvm_shuffle
 from .base import Backend, BoundArg, DirectLauncher
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, GridRunner, workers
@@ -425,6 +426,9 @@ class _FnEmitter:
     def _s_AtomicCAS(self, s: L.AtomicCAS) -> None:
         llvm_atomics.emit_cas(self, s)
 
+    def _s_Transpose(self, s: L.Transpose) -> None:
+        llvm_shuffle.emit_transpose(self, s)
+
     def _s_Print(self, s: L.Print) -> None:
         llvm_debug.emit_print(self, s)
 
@@ -693,6 +697,8 @@ class LLVMHandle:
         self.engine = engine
         self.fn = fn
         self.opt_ir = opt_ir
+        self.name = kernel.name
+        self.address = 0
         self.packer = ArgPacker(kernel)
         self._pack = self.packer.struct.pack
         self.launch_fn = launch
@@ -735,6 +741,11 @@ def _direct_launch(runner: GridRunner, pack: Any, pack_block: Any) -> Any:
     return direct
 
 
+#: The JIT-compiled kernels alive in this process (a profiler maps samples onto their code:
+#: benchmarks/cpu_profile.py).
+LIVE: weakref.WeakSet[LLVMHandle] = weakref.WeakSet()
+
+
 def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
     llvm = _llvm()
     with _COMPILE:
@@ -745,7 +756,18 @@ def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:
         one = engine.get_function_address(f"{kernel.name}_launch")
     if not addr:
         raise RuntimeError(f"llvm backend: {kernel.name}_grid not found in the JIT module")
-    return LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel, LAUNCH_FN(one) if one else None)
+    handle = LLVMHandle(engine, GRID_FN(addr), opt_ir, kernel, LAUNCH_FN(one) if one else None)
+    handle.address = addr  # of the grid function (the kernel body is inlined into it)
+    LIVE.add(handle)
+    return handle
+
+
+def object_code(opt_ir: str) -> bytes:
+    """The ELF object of a kernel's optimised module, as the JIT compiles it (same target
+    machine): what a profiler disassembles."""
+    llvm = _llvm()
+    with _COMPILE:
+        return _new_target_machine(llvm).emit_object(llvm.parse_assembly(opt_ir))
 
 
 @lru_cache(maxsize=1)
@@ -769,7 +791,8 @@ OPS = (L.UNARY | L.BINARY) - {"tanh", "erf", "sigmoid"} | {"tanh:float64", "erf:
 
 class LLVMBackend(Backend):
     name = "llvm"
-    caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel", "prefetch"})
+    caps = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "bessel", "prefetch",
+                      "transpose_block"})
     ops = OPS
     is_cpu = True
     source_suffix = "ll"

@@ -93,7 +93,8 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, s
         p = kd.exp(s - m_new[:, None])
         alpha = kd.exp(m_i - m_new)
         l_i = l_i * alpha + kd.sum(p, axis=1)
-        acc = acc * alpha[:, None] + kd.dot(p.to(v.dtype), v)
+        # the rescaled tile is the dot's accumulator: p @ v adds onto it in place
+        acc = kd.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
     kd.store(o_ptr + offs_m[:, None] * dim + offs_d[None, :], acc / l_i[:, None], mask=q_mask)
 

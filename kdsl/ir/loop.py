@@ -27,6 +27,7 @@ backend turns variables into allocas that mem2reg promotes):
     VecLoad(ptr, dst, mask)       VecStore(ptr, src, mask)
     AsyncCopy(dst, index, ptr, n, mask)                         AsyncWait()
     Prefetch(ptr)                 (a hint; no semantics)
+    Transpose(dst, dst_at, dst_stride, src, src_at, src_stride, n)
 
 Types: every expression has a `DType` or `PointerType`.  float16/bfloat16 never appear as the
 type of a variable or expression: values of those types are held in float32 (`compute_dtype`)
@@ -475,6 +476,23 @@ class Prefetch(Stmt):
     ptr: Expr
 
 
+@dataclass(eq=False)
+class Transpose(Stmt):
+    """`dst[dst_at + j * dst_stride + i] = src[src_at + i * src_stride + j]` for i, j in
+    range(n): an n x n block of one float32 register array copied transposed into another (the
+    CPU dot's packing of a transposed operand, kdsl/lowering/dot_cpu.py).  Its meaning is that
+    loop nest; a backend with the `transpose_block` capability emits n vector loads, n log2(n)
+    two-vector shuffles and n vector stores (backends/llvm.py), the others the loops."""
+
+    dst: Array
+    dst_at: Expr
+    dst_stride: int
+    src: Array
+    src_at: Expr
+    src_stride: int
+    n: int
+
+
 @dataclass(frozen=True)
 class IntrinsicSim:
     """How the simulator runs an `Intrinsic`.  Per thread: `fn(args) -> results`.  With
@@ -636,6 +654,10 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
                 out.append(f"{pad}async_wait()")
             case Prefetch(ptr=p):
                 out.append(f"{pad}prefetch({format_expr(p)})")
+            case Transpose(dst=d, dst_at=da, dst_stride=ds, src=a, src_at=sa, src_stride=ss,
+                           n=n):
+                out.append(f"{pad}transpose{n}x{n}({d.name}[{format_expr(da)}::{ds}], "
+                           f"{a.name}[{format_expr(sa)}::{ss}])")
             case Intrinsic(name=n, args=a, results=r):
                 lhs = ", ".join(v.name for v in r)
                 args = ", ".join(format_expr(x) for x in a)

@@ -376,6 +376,18 @@ class _Program:
                     th.pending.append((a, idx, vals))  # lands at the next AsyncWait
                 case L.Prefetch():
                     pass  # a hint: no value, no memory access
+                case L.Transpose(dst=d, src=a, n=n):
+                    src, dst = self.array(a, th), self.array(d, th)
+                    s_at, d_at = int(self.ev(s.src_at, th)), int(self.ev(s.dst_at, th))
+                    rows = [s_at + i * s.src_stride for i in range(n)]
+                    cols = [d_at + j * s.dst_stride for j in range(n)]
+                    if min(rows[0], cols[0]) < 0 or rows[-1] + n > a.size \
+                            or cols[-1] + n > d.size:
+                        raise IndexError(f"transpose {a.name}[{s_at}::{s.src_stride}] -> "
+                                         f"{d.name}[{d_at}::{s.dst_stride}] out of bounds")
+                    block = np.array([src[r:r + n] for r in rows])
+                    for j, c in enumerate(cols):
+                        dst[c:c + n] = block[:, j]
                 case L.AsyncWait():
                     for a, idx, vals in th.pending:
                         arr = self.array(a, th)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from . import loop as L
-from .types import DType, PointerType, int1
+from .types import DType, PointerType, float32, int1
 
 ATOMIC_RMW_OPS = frozenset({"add", "max", "min", "and", "or", "xor", "xchg"})
 SEMANTICS = frozenset({"relaxed", "acquire", "release", "acq_rel"})
@@ -388,6 +388,18 @@ class _Verifier:
     def _prefetch(self, s: L.Prefetch) -> None:
         self._pointer(s.ptr)
 
+    def _transpose(self, s: L.Transpose) -> None:
+        d, a = self.array(s.dst, None), self.array(s.src, None)
+        if (d.space, a.space) != ("reg", "reg") or d.dtype != float32 or a.dtype != float32:
+            self.fail(f"transpose of {a.space} {a.dtype} array {a.name} into {d.space} "
+                      f"{d.dtype} array {d.name} (float32 register arrays only)")
+        if s.n < 2 or s.n & (s.n - 1):
+            self.fail(f"transpose of a {s.n} x {s.n} block (a power of two >= 2 only)")
+        for at, stride, arr in ((s.dst_at, s.dst_stride, d), (s.src_at, s.src_stride, a)):
+            self.want(at, _is_int, "an array index must be an integer", at)
+            if stride < s.n:
+                self.fail(f"transpose rows of {arr.name} {stride} apart overlap ({s.n} wide)")
+
     def _vector(self, s: L.VecLoad | L.VecStore) -> None:
         self._pointer(s.ptr)
         a = self.array(s.dst if isinstance(s, L.VecLoad) else s.src, None)
@@ -415,7 +427,7 @@ _STMT = {
     L.Intrinsic: _Verifier._intrinsic, L.VecLoad: _Verifier._vector,
     L.VecStore: _Verifier._vector,
     L.AsyncCopy: _Verifier._async_copy, L.AsyncWait: _Verifier._async_wait,
-    L.Prefetch: _Verifier._prefetch,
+    L.Prefetch: _Verifier._prefetch, L.Transpose: _Verifier._transpose,
 }
 
 

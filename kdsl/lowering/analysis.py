@@ -57,3 +57,10 @@ def addressed_operands(op: tile.Op) -> list[tile.Value]:
     if op.kind == "reshape" and op.results[0].type.is_scalar and op.operands[0].shape:
         return op.operands[:1]  # a one-element tile read as a scalar
     return []
+
+
+def is_zero_const(v: tile.Value) -> bool:
+    """Whether `v` is a `const` tile of zeros (a dot's accumulator when none is given: the
+    dots then start their accumulators at zero instead of reading it)."""
+    op = v.owner
+    return isinstance(op, tile.Op) and op.kind == "const" and op.attrs.get("value") == 0

@@ -38,10 +38,24 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from kdsl.ir import loop, tile
-from kdsl.ir.loop import Array, ArrayStore, Assign, Cast, Comment, Expr, Fma, For, Index, Stmt, Var
+from kdsl.ir.loop import (
+    Array,
+    ArrayStore,
+    Assign,
+    Cast,
+    Comment,
+    Const,
+    Expr,
+    Fma,
+    For,
+    Index,
+    Stmt,
+    Var,
+)
 from kdsl.ir.types import float32, int32
 
 from . import index as ix
+from .analysis import is_zero_const
 from .context import LoweringContext
 from .elementwise import HALF, register_type
 
@@ -84,9 +98,10 @@ def widen(x: Expr, t) -> Expr:
     return x if x.dtype == t else Cast(x, t)
 
 
-def dot_output(L: LoweringContext, op: tile.Op, t, numel: int) -> Array:
+def dot_output(L: LoweringContext, op: tile.Op, t, numel: int, fill: bool = True) -> Array:
     """The register array of a dot's result, holding the accumulator operand `c` on entry:
-    `c`'s own array when the dot is its last user (updated in place), else a copy.  Shared with
+    `c`'s own array when the dot is its last user (updated in place), else a copy (left
+    unwritten with `fill=False`, for a caller that writes every element itself).  Shared with
     the generic strategy (dot.py imports this module) and `sparse_dot`'s CPU strategy: the
     accumulator is the last operand of both ops."""
     c = op.operands[-1]
@@ -94,6 +109,8 @@ def dot_output(L: LoweringContext, op: tile.Op, t, numel: int) -> Array:
     if L.users.get(acc.id) == [op] and acc.id in L.regs and L.regs[acc.id].dtype == t:
         return L.regs[acc.id]  # the accumulator dies here: update its array in place
     out = L.array(op.result.name or "dot", t, numel)
+    if not fill:
+        return out
     g = L.open_group(numel)
     g.body.append(ArrayStore(out, g.k, widen(L.read(c), t)))
     L.close()
@@ -105,6 +122,8 @@ def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int,
     element (r, k) goes to `(r // R) * R * inner + k * R + r % R`, so that the micro-kernel
     reads each panel front to back.  `at(r, k)` is the element's index in `src`."""
     out = L.array(hint, t, outer * inner)
+    if _pack_transposed(L, out, src, t, R, outer, inner, at):
+        return out
     r0, k, r = L.var("r0", int32), L.var("k", int32), L.var("r", int32)
     dst = ix.add(ix.add(ix.mul(r0, inner), ix.mul(k, R)), r)
     copy = ArrayStore(out, dst, widen(Index(src, at(ix.add(r0, r), k)), t))
@@ -112,6 +131,32 @@ def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int,
                [For(k, ix.c32(0), ix.c32(inner), ix.c32(1),
                     [For(r, ix.c32(0), ix.c32(R), ix.c32(1), [copy])])]))
     return out
+
+
+def _pack_transposed(L: LoweringContext, out: Array, src: Array, t, R: int, outer: int,
+                     inner: int, at) -> bool:
+    """The packing as n x n block transposes (`Transpose`, n = the vector lanes) where the
+    source rows run along k (`at(r, k)` moves by 1 with k and by a constant S >= n with r: the
+    `trans(k)` of attention's `dot(q, trans(k))`), the target has `transpose_block` and the
+    sizes are multiples of n; False otherwise.  The loop nest does the same copy one element
+    at a time, which a vectoriser turns into scatters or gathers (~6x slower at 64 x 64)."""
+    n = L.target.vector_bits // 32
+    if not (L.target.has("transpose_block") and n >= 2 and t == float32
+            and src.dtype == float32 and src.space == "reg"
+            and R % n == 0 and inner % n == 0 and outer % R == 0):
+        return False
+    r_probe, k_probe = Var("r", int32), Var("k", int32)  # never emitted
+    probe = at(r_probe, k_probe)
+    S = ix.coefficient(probe, r_probe)
+    if ix.coefficient(probe, k_probe) != 1 or S is None or S < n:
+        return False
+    p, rr, k0 = L.var("p", int32), L.var("rr", int32), L.var("k0", int32)
+    block = loop.Transpose(out, ix.add(ix.add(ix.mul(p, inner), ix.mul(k0, R)), rr), R,
+                           src, at(ix.add(p, rr), k0), S, n)
+    L.emit(For(p, ix.c32(0), ix.c32(outer), ix.c32(R),
+               [For(rr, ix.c32(0), ix.c32(R), ix.c32(n),
+                    [For(k0, ix.c32(0), ix.c32(inner), ix.c32(n), [block])])]))
+    return True
 
 
 def _in_place(L: LoweringContext, v: tile.Value, arr: Array, t, coords: list[Expr],
@@ -153,7 +198,11 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     # reshape) the operand is first copied into k-major micro-panels once per dot, which the
     # micro-kernel then reads as one contiguous stream.  Reading in place saves the copy
     # (1.05-1.15x at 1024^3, benchmarks/RESULTS.md).
-    out = dot_output(L, op, t, M * N)  # (before: an operand array it updates is packed)
+    # Without an accumulator operand (a `const` of zeros) the register blocks start at zero
+    # and the output array is only written: no zeroing pass, no loads of zeros (attention's
+    # `dot(q, trans(k))` every key tile).
+    zero = is_zero_const(L.canon(op.operands[-1]))
+    out = dot_output(L, op, t, M * N, fill=not zero)  # (before: an updated operand is packed)
     row = ix.add(m0, i)
     direct_a = _in_place(L, a, A, t, [row, kk], [m0, i, kk], None, out)
     if direct_a is None:
@@ -176,7 +225,7 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
 
     o_at = ix.add(ix.mul(ix.add(m0, i), N), ix.add(n0, j))
     k_at = ix.add(ix.mul(i, NR), j)
-    load = block_loops([ArrayStore(blk, k_at, Index(out, o_at))])
+    load = block_loops([ArrayStore(blk, k_at, Const(0.0, t) if zero else Index(out, o_at))])
     save = block_loops([ArrayStore(out, o_at, Index(blk, k_at))])
     fma = For(j, ix.c32(0), ix.c32(NR), ix.c32(1),
               [Comment(SIMD_HINT), ArrayStore(blk, k_at, Fma(x, Index(B, b_at), Index(blk, k_at)))])

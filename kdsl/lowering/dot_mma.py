@@ -83,6 +83,7 @@ from kdsl.ir.loop import (
 from kdsl.ir.types import DType, bfloat16, float16, float32, int8, int32, uint32
 
 from . import index as ix
+from .analysis import is_zero_const
 from .context import LoweringContext
 from .elementwise import register_type
 from .vector import element_index
@@ -289,11 +290,6 @@ class MmaPlan:
 def _coord(coef: Coef, g: Expr, t: Expr, base: Expr) -> Expr:
     rg, rt, rc = coef
     return ix.add(ix.add(base, ix.add(ix.mul(g, rg), ix.mul(t, rt))), ix.c32(rc))
-
-
-def _is_zero(v: tile.Value) -> bool:
-    op = v.owner
-    return isinstance(op, tile.Op) and op.kind == "const" and op.attrs.get("value") == 0
 
 
 def _divisors(n: int) -> list[int]:
@@ -577,7 +573,7 @@ class _MmaDot:
         """c's rows of this pass -> the fragments (zeros for a zero constant), a chunk of rows
         at a time through a shared buffer (barriers around each chunk)."""
         L, p, N, t = self.L, self.p, self.N, self.p.kind.acc
-        if _is_zero(L.canon(c)):
+        if is_zero_const(L.canon(c)):
             self.warps_only([Assign(v, Const(0.0 if t.is_float else 0, t))
                              for row in self.acc for frag in row for v in frag])
             return
@@ -643,7 +639,7 @@ def tensor_core_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None
     lazy = p.rows == M and p.chunk == M  # one buffer holds the result: read it lazily
     out = None
     cv = L.canon(c)
-    if not lazy and not _is_zero(cv) and L.users.get(cv.id) == [op] and cv.id in L.regs \
+    if not lazy and not is_zero_const(cv) and L.users.get(cv.id) == [op] and cv.id in L.regs \
             and L.regs[cv.id].dtype == t:
         # The accumulator dies here: the result overwrites its registers (each pass reads
         # its rows of c before writing them), which keeps one M*N array live, not two.

@@ -51,6 +51,7 @@ from kdsl.ir.loop_interp import IntrinsicSim
 from kdsl.ir.types import float32, int32
 
 from . import index as ix
+from .analysis import is_zero_const
 from .dot_mma import (
     C_LAYOUT,
     EXCHANGE_BYTES,
@@ -232,8 +233,7 @@ def sparse_tensor_core_dot(L, op: tile.Op, fallback: Callable = generic_sparse_d
     A, E, B = L.addressable(L.view(a)[0], L.view(e)[0], L.view(b)[0])
     X = L.shared("acc_sh", float32, M * N)
     cv = L.canon(c)
-    zero = cv.owner is not None and isinstance(cv.owner, tile.Op) and \
-        cv.owner.kind == "const" and cv.owner.attrs.get("value") == 0
+    zero = is_zero_const(cv)
     warp, lane, grp, tig, wi, wj = (L.var(n, int32)
                                     for n in ("warp", "lane", "grp", "tig", "wi", "wj"))
     for v, x in ((warp, ix.div(L.tid, 32)), (lane, ix.mod(L.tid, 32)), (grp, ix.div(lane, 4)),

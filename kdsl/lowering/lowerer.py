@@ -347,10 +347,21 @@ class Lowerer:
                 return ix.unflatten(ix.flatten(cs, v.shape), c.shape)
         op = c.owner
         if (isinstance(op, tile.Op) and op.kind in GATHERS
-                and not op.operands[0].type.is_scalar and not self.remat_ok(op.operands[0])):
+                and not op.operands[0].type.is_scalar and self._viewed_in_storage(op.operands[0])):
             base, inner = self.view(op.operands[0])
             return base, lambda cs: inner(_gather_coords(op, conv(cs)))
         return c, conv
+
+    def _viewed_in_storage(self, x: tile.Value) -> bool:
+        """Whether a view reads `x`'s own storage (a gather of `x` is then never computed).  A
+        value that can be recomputed at any index usually has none, and is recomputed at the
+        gathered coordinates instead; but on one thread a recomputation that reads memory (the
+        unmasked `k` of `dot(q, trans(k))`) would load it element by element at transposed
+        addresses: such a value is stored in its own order once (`addressable`) and read
+        through the view."""
+        ops = self._remat_ops(x)
+        return ops is None or (self.target.one_thread_per_program
+                               and not self._remat_loads.isdisjoint(ops))
 
     def at(self, v: tile.Value, coords: list[Expr]) -> tuple[tile.Value, Expr]:
         """(base, flat index in base) of element `coords` of `v` (see `view`)."""

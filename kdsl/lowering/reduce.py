@@ -198,22 +198,31 @@ def reduce_loop(L: LoweringContext, kind: str, ts: list[DType], srcs: list[Array
 # that keeps a serial NaN-propagating max scalar: PoCL 3.1 ran the softmax's row max one
 # element per step.  LLVM 20 (the llvm backend) vectorises `llvm.maximum` reductions itself,
 # and the partials' array made its softmax 1.1-1.3x slower, so it does not get the capability.
+# Rows of 32 to 127 elements (attention's 64-key tiles) use SHORT_PARTIALS (one AVX-512
+# vector): their serial sum was a 64-add dependency chain per row, which LLVM vectorised across
+# rows with gathers (6% of the attention kernel on Emerald Rapids).
 PARTIALS = 64
+SHORT_PARTIALS = 16
 #: reduction kind -> (the Loop IR op that combines two partials, the capability it needs)
 PARTIAL_OPS = {"sum": ("add", "reduce_partials"),
                "max": ("maximum", "reduce_partials_minmax"),
                "min": ("minimum", "reduce_partials_minmax")}
 
 
+def partial_count(n: int) -> int:
+    """How many partials a reduction of n elements gets (0: none, a serial loop)."""
+    return PARTIALS if n >= 2 * PARTIALS else SHORT_PARTIALS if n >= 2 * SHORT_PARTIALS else 0
+
+
 def _use_partials(L: LoweringContext, kind: str, t: DType, lo: Expr, hi: int, step: int) -> bool:
     return (L.target.one_thread_per_program and kind in PARTIAL_OPS and t.is_float
-            and step == 1 and hi >= 2 * PARTIALS and isinstance(lo, Const) and lo.value == 0
+            and step == 1 and partial_count(hi) > 0 and isinstance(lo, Const) and lo.value == 0
             and L.target.has(PARTIAL_OPS[kind][1]))
 
 
 def _partial_sum(L: LoweringContext, kind: str, t: DType, src: Array,
                  index: Callable[[Expr], Expr], hi: int, acc: Var, out: list[Stmt]) -> None:
-    V = PARTIALS
+    V = partial_count(hi)
     op = PARTIAL_OPS[kind][0]
     part = L.array("part", t, V)
     j, rb = L.var("j", int32), L.var("rb", int32)
