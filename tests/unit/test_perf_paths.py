@@ -421,3 +421,55 @@ def test_column_reduction_of_a_contiguous_view_or_stored_tile():
         np.testing.assert_array_equal(y, want, err_msg=be)
         column_sum_of_transpose[(1,)](xt, y, BR=32, O=16, backend=be)
         assert_close(y, xt.astype(np.float64).sum(axis=1) + 2 * xt.max(axis=1))
+
+
+@kd.jit
+def row_sums_64(x_ptr, y_ptr, R: kd.constexpr, C: kd.constexpr):
+    r = kd.arange(0, R)
+    c = kd.arange(0, C)
+    x = kd.load(x_ptr + r[:, None] * C + c[None, :])
+    kd.store(y_ptr + r, kd.sum(x, axis=1))
+
+
+def test_short_rows_sum_through_16_partials():
+    """A float row sum of 32-127 elements on the CPU adds element c to partial c % 16, then
+    the 16 partials in order (a fixed order: the bits below are computed that way)."""
+    x = np.random.default_rng(8).standard_normal((8, 64)).astype(np.float32)
+    y = np.empty(8, np.float32)
+    loop = row_sums_64.compile(x, y, R=8, C=64, backend="llvm").ir["loop"]
+    assert "reg float32 part0[16]" in loop, loop
+    parts = np.zeros((8, 16), np.float32)
+    for rb in range(0, 64, 16):
+        parts = parts + x[:, rb:rb + 16]
+    want = np.zeros(8, np.float32)
+    for j in range(16):
+        want = want + parts[:, j]
+    for be in [b for b in ("llvm", "opencl") if b in kd.available_backends()]:
+        row_sums_64[(1,)](x, y, R=8, C=64, backend=be)
+        np.testing.assert_array_equal(y, want, err_msg=be)
+
+
+def test_dot_without_accumulator_starts_its_blocks_at_zero():
+    """`dot(a, b)` (no accumulator) writes its output array only from the register blocks,
+    which start at zero: no zeroing loop over the output, no loads of it."""
+    rng = np.random.default_rng(9)
+    s = np.empty((16, 32), np.float32)
+    q = rng.standard_normal((16, 64)).astype(np.float32)
+    k = rng.standard_normal((32, 64)).astype(np.float32)
+    loop = qk_scores.compile(q, k, s, BM=16, BN=32, BD=64, backend="llvm").ir["loop"]
+    assert "dot0[" in loop and not any(
+        line.strip().startswith("dot0[") and line.strip().endswith("= 0.0:float32")
+        for line in loop.splitlines()), loop
+    if "llvm" in kd.available_backends():
+        qk_scores[(1,)](q, k, s, BM=16, BN=32, BD=64, backend="llvm")
+        assert_close(s, q.astype(np.float64) @ k.T.astype(np.float64))
+
+
+@kd.jit
+def qk_scores(q_ptr, k_ptr, s_ptr, BM: kd.constexpr, BN: kd.constexpr, BD: kd.constexpr):
+    m = kd.arange(0, BM)
+    n = kd.arange(0, BN)
+    d = kd.arange(0, BD)
+    q = kd.load(q_ptr + m[:, None] * BD + d[None, :])
+    k = kd.load(k_ptr + n[:, None] * BD + d[None, :])
+    kd.store(s_ptr + m[:, None] * BN + n[None, :], kd.dot(q, kd.trans(k)))
