@@ -40,6 +40,7 @@ from kdsl.ir.types import DType, PointerType
 from .c_atomics import AtomicSpelling
 from .c_simd import VectorPrinter
 from .c_simd import plan as simd_plan
+from .transpose_net import stages
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -120,6 +121,9 @@ class CDialect:
     align_attr: str = " __attribute__((aligned({n})))"
     # the statement hinting that {p} will be read soon (`Prefetch`); empty: hints are dropped
     prefetch: str = ""
+    # a two-vector shuffle of {a} and {b} (vectors of {n} floats) by the {n} indices {mask}
+    # (transpose_net.py's convention); empty: `Transpose` is printed as its loop nest
+    simd_shuffle: str = ""
 
 
 # ----------------------------------------------------------------------------------- names
@@ -689,14 +693,41 @@ class CEmitter:
         return [pad + d.format(p=self.expr(s.ptr))] if d else []
 
     def _transpose(self, s: loop.Transpose, pad: str) -> list[str]:
-        # the statement's meaning as loops (the lowering emits it only for targets with the
-        # `transpose_block` capability; the C dialects print it all the same)
         dst, src = self.names("a", s.dst.name), self.names("a", s.src.name)
         da, sa = self.expr(s.dst_at), self.expr(s.src_at)
+        if self.d.simd_shuffle and s.n in (2, 4, 8, 16):
+            return self._transpose_vectors(s, pad, dst, src, da, sa)
+        # the statement's meaning as loops
         return [f"{pad}for (int kd_ti = 0; kd_ti < {s.n}; kd_ti++)",
                 f"{pad}    for (int kd_tj = 0; kd_tj < {s.n}; kd_tj++)",
                 f"{pad}        {dst}[({da}) + kd_tj * {s.dst_stride} + kd_ti] = "
                 f"{src}[({sa}) + kd_ti * {s.src_stride} + kd_tj];"]
+
+    def _transpose_vectors(self, s: loop.Transpose, pad: str, dst: str, src: str, da: str,
+                           sa: str) -> list[str]:
+        """n vector loads, the shuffle network of transpose_net.py, n vector stores, in a
+        block of its own (the names are local to it)."""
+        n, d = s.n, self.d
+        vt = d.simd_vector.format(n=n)
+        inner = pad + "    "
+        out = [f"{pad}{{"]
+        out += [f"{inner}{vt} kd_r{i} = "
+                + d.simd_load.format(n=n, p=f"&{src}[({sa}) + {i * s.src_stride}]") + ";"
+                for i in range(n)]
+        out.append(f"{inner}{vt} " + ", ".join(f"kd_t{i}" for i in range(n)) + ";")
+        for bit, lo, hi in stages(n):
+            for p in range(n):
+                if not p & bit:
+                    a, b = f"kd_r{p}", f"kd_r{p | bit}"
+                    out.append(f"{inner}kd_t{p} = " + d.simd_shuffle.format(
+                        a=a, b=b, n=n, mask=", ".join(map(str, lo))) + ";")
+                    out.append(f"{inner}kd_t{p | bit} = " + d.simd_shuffle.format(
+                        a=a, b=b, n=n, mask=", ".join(map(str, hi))) + ";")
+            out += [f"{inner}kd_r{p} = kd_t{p};" for p in range(n)]
+        out += [inner + d.simd_store.format(n=n, v=f"kd_r{j}",
+                                            p=f"&{dst}[({da}) + {j * s.dst_stride}]")
+                for j in range(n)]
+        return out + [f"{pad}}}"]
 
     def _async_wait(self, s: loop.AsyncWait, pad: str) -> list[str]:
         self.need("async_copy")

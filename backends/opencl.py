@@ -94,7 +94,7 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None,
         bitcast="as_{T}({x})",
         atomics=OPENCL_ATOMICS, printf_int64="l",
         fast_math_option=FAST_MATH, helper_qual="static inline", simd_lanes=simd_lanes,
-        prefetch="prefetch({p}, 1);",
+        prefetch="prefetch({p}, 1);", simd_shuffle="shuffle2({a}, {b}, (uint{n})({mask}))",
         int_math={"clz32": "clz({x})", "clz64": "clz({x})", "popc32": "popcount({x})",
                   "popc64": "popcount({x})"},
         math_fast={op: f"native_{op}" for op in ("exp", "exp2", "log", "log2", "sqrt",
@@ -233,7 +233,8 @@ LOWERINGS: dict[str, str | None] = {"auto": None, "one-thread": "one-thread",
                                     "work-group": "work-group"}
 #: What a one-thread program may use that the work-group lowering does not (kdsl/target.py):
 #: the CPU strategies of the shared lowering, as on the llvm backend.
-ONE_THREAD_CAPS = frozenset({"reduce_partials", "cpu_microkernel", "reduce_partials_minmax"})
+ONE_THREAD_CAPS = frozenset({"reduce_partials", "cpu_microkernel", "reduce_partials_minmax",
+                             "transpose_block"})
 
 
 def _cpu_simd(dev: Any) -> tuple[int, int]:

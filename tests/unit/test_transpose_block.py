@@ -131,20 +131,53 @@ def test_llvm_shuffles_the_blocks():
 
 
 @pytest.mark.skipif("opencl" not in kd.available_backends(), reason="no OpenCL device")
-def test_c_dialect_prints_the_loops(monkeypatch):
-    """A C dialect prints the statement as its loop nest (OpenCL on a CPU device given the
-    capability for this test: the C text then runs and matches NumPy)."""
-    import kdsl.backends.opencl as ocl
+@pytest.mark.parametrize("form", ["shuffles", "loops"])
+@pytest.mark.parametrize("n", [4, 16])
+def test_c_dialect_forms_run(form, n):
+    """The OpenCL dialect prints a block as vector loads, `shuffle2` and vector stores; a
+    dialect without a shuffle spelling (CUDA's) prints the loop nest.  Both, compiled by the
+    OpenCL device, give the loop nest's values."""
+    import dataclasses
 
-    if ocl.OpenCLBackend().lowering() != "one-thread":
+    import pyopencl as cl
+    from kdsl.backends.c_like import emit
+    from kdsl.backends.opencl import opencl_dialect
+
+    d = opencl_dialect(simd_lanes=16)
+    if form == "loops":
+        d = dataclasses.replace(d, simd_shuffle="")
+    ss, ds, src_at, dst_at = n + 3, n + 1, 2, 5
+    src_size, dst_size = src_at + (n - 1) * ss + n, dst_at + (n - 1) * ds + n
+    text = emit(_block_kernel(n, src_size, dst_size, src_at, ss, dst_at, ds), d)
+    assert ("shuffle2(" in text) == (form == "shuffles") and ("kd_ti" in text) == (form == "loops")
+    x = np.random.default_rng(n).standard_normal(src_size).astype(np.float32)
+    y = np.zeros(dst_size, np.float32)
+    ctx = cl.create_some_context(interactive=False)
+    queue = cl.CommandQueue(ctx)
+    mf = cl.mem_flags
+    xb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+    yb = cl.Buffer(ctx, mf.WRITE_ONLY, y.nbytes)
+    cl.Program(ctx, text).build().k(queue, (1,), (1,), xb, yb)
+    cl.enqueue_copy(queue, y, yb)
+    want = np.full(dst_size, -1.0, np.float32)
+    for i in range(n):
+        for j in range(n):
+            want[dst_at + j * ds + i] = x[src_at + i * ss + j]
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.skipif("opencl" not in kd.available_backends(), reason="no OpenCL device")
+def test_opencl_one_thread_kernels_shuffle_too():
+    from kdsl.backends.opencl import OpenCLBackend
+
+    if OpenCLBackend().lowering() != "one-thread":
         pytest.skip("the OpenCL device is not a CPU (the work-group lowering packs no operand)")
-    monkeypatch.setattr(ocl, "ONE_THREAD_CAPS", ocl.ONE_THREAD_CAPS | {"transpose_block"})
     rng = np.random.default_rng(2)
     q = rng.standard_normal((16, 32)).astype(np.float32)
     k = rng.standard_normal((32, 32)).astype(np.float32)
     s = np.zeros((16, 32), np.float32)
     ck = scores.warmup(q, k, s, BM=16, BN=32, BD=32, grid=(1,), backend="opencl")
-    assert "kd_ti" in ck.ir["opencl"]
+    assert "shuffle2(" in ck.ir["opencl"]
     scores[(1,)](q, k, s, BM=16, BN=32, BD=32, backend="opencl")
     np.testing.assert_allclose(s, q.astype(np.float64) @ k.T.astype(np.float64), rtol=1e-5,
                                atol=1e-5)
