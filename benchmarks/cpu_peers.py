@@ -1,0 +1,214 @@
+"""The library on the CPU (llvm backend) against its best peers, interleaved in one process: the
+table of the "CPU performance" targets.  Each row times kdsl and every peer once per round, in
+a rotating order after a short pause, and prints medians, the spread (max / min of kdsl's
+rounds: these hosts are shared) and peer time / kdsl time (>= the target is met).
+
+    python benchmarks/cpu_peers.py [--only matmul,attention,mlp,softmax,norms,quant]
+        [--rounds 9] [--sizes 1024,2048,4096]
+
+Peers: NumPy (OpenBLAS) and torch CPU for matmul, torch SDPA for attention, torch for the
+SwiGLU MLP, softmax and the norms (and Numba parallel fastmath where importable, as in
+numba_peers.py, each allocating its output as the library does), the memory-bandwidth limit for the int4 M=1 quant matmul (its weight bytes
+over the copy bandwidth measured in the same run).  Outputs are checked against the first
+peer before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import kdsl.kernels as K
+import numba_peers as NB
+from common import load_line, machine_header, round_times
+
+#: target of the issue per row kind: peer time / kdsl time must reach it
+TARGETS = {"matmul": 0.9, "attention": 0.8, "mlp": 0.8, "softmax": 1.0, "norms": 1.0}
+RNG = np.random.default_rng(0)
+
+
+def _f32(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (RNG.standard_normal(shape, dtype=np.float32) * scale).astype(np.float32)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def row(name: str, kdsl: Callable[[], object], peers: dict[str, Callable[[], object]],
+        target: float | None, rounds: int, check: Callable[[object, object], None],
+        nbytes: int = 0) -> None:
+    """One table row; `nbytes` (read once, written once) adds kdsl's share of the copy
+    bandwidth measured in this run."""
+    if peers:
+        check(kdsl(), next(iter(peers.values()))())
+    times = round_times({"kdsl": kdsl, **peers}, rounds, pause=0.05)
+    med = {n: statistics.median(t) for n, t in times.items()}
+    spread = max(times["kdsl"]) / min(times["kdsl"])
+    best = min((m, n) for n, m in med.items() if n != "kdsl") if peers else None
+    cells = "  ".join(f"{n} {m:8.2f}" for n, m in med.items() if n != "kdsl")
+    line = f"{name:34s} kdsl {med['kdsl']:8.2f} ms (x{spread:.1f})  {cells}"
+    if best is not None:
+        ratio = best[0] / med["kdsl"]
+        verdict = "" if target is None else f"  {'met' if ratio >= target else 'missed'} " \
+                                            f"(>= {target})"
+        line += f"  | {best[1]}/kdsl {ratio:.2f}{verdict}"
+    if nbytes:
+        limit = nbytes / (COPY["gbs"] * 1e9) * 1e3
+        line += f"; {limit / med['kdsl']:.0%} of copy bandwidth ({COPY['gbs']:.1f} GB/s)"
+    print(line, flush=True)
+
+
+COPY = {"gbs": 0.0}  # measured once per run (main)
+
+
+def _close(rtol: float = 2e-3, atol: float = 2e-3):
+    def check(ours, peer) -> None:
+        ours = np.asarray(ours)
+        peer = peer.numpy() if hasattr(peer, "numpy") else np.asarray(peer)
+        np.testing.assert_allclose(ours, peer, rtol=rtol, atol=atol)
+    return check
+
+
+def bench_matmul(o, torch) -> None:
+    for n in o.sizes:
+        a, b = _f32(n, n), _f32(n, n)
+        peers = {"numpy": lambda a=a, b=b: a @ b}
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            peers["torch"] = lambda ta=ta, tb=tb: ta @ tb
+        row(f"matmul {n}^3 f32", lambda a=a, b=b: K.matmul(a, b, backend="llvm"), peers,
+            TARGETS["matmul"], o.rounds, _close(1e-3, 1e-2))
+
+
+def bench_attention(o, torch) -> None:
+    if torch is None:
+        print("attention: torch not installed, no SDPA peer")
+        return
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for s, causal in ((1024, False), (1024, True), (4096, True)):
+        q, k, v = (_f32(1, 8, s, 64) for _ in range(3))
+        tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+        row(f"attention B1 H8 S{s} D64{' causal' if causal else ''}",
+            lambda q=q, k=k, v=v, c=causal: K.attention(q, k, v, causal=c, backend="llvm"),
+            {"sdpa": lambda tq=tq, tk=tk, tv=tv, c=causal: sdpa(tq, tk, tv, is_causal=c)},
+            TARGETS["attention"], max(3, o.rounds // (4 if s > 1024 else 1)), _close())
+
+
+def bench_mlp(o, torch) -> None:
+    if torch is None:
+        print("mlp: torch not installed")
+        return
+    x, wg, wu = _f32(512, 2048), _f32(2048, 5504, scale=1 / 45), _f32(2048, 5504, scale=1 / 45)
+    wd = _f32(5504, 2048, scale=1 / 74)
+    t = [torch.from_numpy(a) for a in (x, wg, wu, wd)]
+    F = torch.nn.functional
+    row("mlp (SwiGLU) 512x2048x5504", lambda: K.mlp(x, wg, wu, wd, backend="llvm"),
+        {"torch": lambda: (F.silu(t[0] @ t[1]) * (t[0] @ t[2])) @ t[3]}, TARGETS["mlp"],
+        max(3, o.rounds // 2), _close(1e-3, 1e-3))
+
+
+def _fresh(fn: Callable[..., object], x: np.ndarray, *args: object) -> np.ndarray:
+    """A Numba peer as a function returning a new array, like the library and torch (the
+    first touch of a fresh 128 MiB output costs ~10 ms of page faults on these hosts)."""
+    out = np.empty_like(x)
+    fn(x, *args, out)
+    return out
+
+
+def bench_softmax(o, torch) -> None:
+    for shape in ((4096, 4096), (32768, 1024)):
+        x = _f32(*shape)
+        peers = {}
+        if torch is not None:
+            tx = torch.from_numpy(x)
+            peers["torch"] = lambda tx=tx: torch.softmax(tx, -1)
+        if NB.available():
+            peers["numba"] = lambda x=x: _fresh(NB.softmax, x)
+        row(f"softmax {shape[0]}x{shape[1]}", lambda x=x: K.softmax(x, backend="llvm"), peers,
+            TARGETS["softmax"], o.rounds, _close(1e-5, 1e-6), nbytes=2 * x.nbytes)
+
+
+def bench_norms(o, torch) -> None:
+    x, w, b = _f32(8192, 4096), _f32(4096), _f32(4096)
+    ln: dict[str, Callable[[], object]] = {}
+    rms: dict[str, Callable[[], object]] = {}
+    if torch is not None:
+        tx, tw, tb = (torch.from_numpy(a) for a in (x, w, b))
+        F = torch.nn.functional
+        ln["torch"] = lambda: F.layer_norm(tx, (4096,), tw, tb, 1e-5)
+        if hasattr(F, "rms_norm"):
+            rms["torch"] = lambda: F.rms_norm(tx, (4096,), tw, 1e-6)
+    if NB.available():
+        ln["numba"] = lambda: _fresh(NB.layer_norm, x, w, b, np.float32(1e-5))
+        rms["numba"] = lambda: _fresh(NB.rms_norm, x, w, np.float32(1e-6))
+    row("layer_norm 8192x4096", lambda: K.layer_norm(x, w, b, backend="llvm"), ln,
+        TARGETS["norms"], o.rounds, _close(1e-4, 1e-4), nbytes=2 * x.nbytes)
+    row("rms_norm 8192x4096", lambda: K.rms_norm(x, w, backend="llvm"), rms,
+        TARGETS["norms"], o.rounds, _close(1e-4, 1e-4), nbytes=2 * x.nbytes)
+
+
+def _copy_gbs(nbytes: int = 1 << 28) -> float:
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(5))
+    return 2 * nbytes / best / 1e9
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def bench_quant(o, torch) -> None:
+    K_, N = 4096, 4096
+    x = _f32(1, K_)
+    wq = RNG.integers(0, 256, (K_ // 2, N), dtype=np.uint8)  # two int4 values per byte
+    sc = (RNG.random((K_ // 128, N)) * 0.01).astype(np.float32)
+    gbs = COPY["gbs"]
+    limit_ms = (wq.nbytes + sc.nbytes) / (gbs * 1e9) * 1e3
+    times = round_times({"kdsl": lambda: K.quant_matmul(x, wq, sc, 128, 4, backend="llvm")},
+                        o.rounds, pause=0.05)
+    ms = statistics.median(times["kdsl"])
+    print(f"{'quant int4 M=1 K=N=4096':34s} kdsl {ms:8.2f} ms  bandwidth limit {limit_ms:.3f} ms "
+          f"(copy {gbs:.1f} GB/s)  | {ms / limit_ms:.1f}x the limit  "
+          f"{'met' if ms <= 2 * limit_ms else 'missed'} (<= 2x)", flush=True)
+
+
+BENCHES = {"matmul": bench_matmul, "attention": bench_attention, "mlp": bench_mlp,
+           "softmax": bench_softmax, "norms": bench_norms, "quant": bench_quant}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=",".join(BENCHES))
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--sizes", default="1024,2048,4096")
+    o = ap.parse_args()
+    o.sizes = [int(s) for s in o.sizes.split(",")]
+    torch = _torch()
+    print(machine_header())
+    COPY["gbs"] = _copy_gbs()
+    print(f"torch {torch.__version__ if torch else 'not installed'} "
+          f"({torch.get_num_threads() if torch else 0} threads); kdsl llvm backend, "
+          f"KDSL_NUM_THREADS={os.environ.get('KDSL_NUM_THREADS', 'default')}")
+    for name in o.only.split(","):
+        BENCHES[name](o, torch)
+    print(load_line() + " (at the end)")
+
+
+if __name__ == "__main__":
+    main()
