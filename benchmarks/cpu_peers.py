@@ -8,9 +8,9 @@ rounds: these hosts are shared) and peer time / kdsl time (>= the target is met)
 
 Peers: NumPy (OpenBLAS) and torch CPU for matmul, torch SDPA for attention, torch for the
 SwiGLU MLP, softmax and the norms (and Numba parallel fastmath where importable, as in
-numba_peers.py, each allocating its output as the library does), the memory-bandwidth limit for the int4 M=1 quant matmul (its weight bytes
-over the copy bandwidth measured in the same run).  Outputs are checked against the first
-peer before timing.
+numba_peers.py, each allocating its output as the library does), the memory-bandwidth limit
+for the int4 M=1 quant matmul (its weight bytes over the copy bandwidth measured in the same
+run).  Outputs are checked against the first peer before timing.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ import pytest
 import kdsl as kd
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("cpu_profile", ROOT / "benchmarks" / "cpu_profile.py")
+_spec = importlib.util.spec_from_file_location("cpu_profile",
+                                               ROOT / "benchmarks" / "cpu_profile.py")
 P = importlib.util.module_from_spec(_spec)
 sys.modules["cpu_profile"] = P  # dataclasses look their module up
 _spec.loader.exec_module(P)
