@@ -200,8 +200,9 @@ def reduce_loop(L: LoweringContext, kind: str, ts: list[DType], srcs: list[Array
 # fold as a tree of halves.  PoCL 3.1 ran the softmax's row max one element per step without
 # them.  The llvm backend has the capability too since its `maximum` is two selects (not
 # `llvm.maximum`, whose serial reductions LLVM 20 vectorised but whose -0 < +0 order costs
-# five instructions per op): softmax 1024x4096 2.3-2.9 -> 2.1-2.4 ms, 8192x64 0.51-0.62 ->
-# 0.38-0.40 ms, attention's row max 9.3% -> 4.0% of the kernel (one Emerald Rapids core).
+# five instructions per op): with the short sums' partials, softmax 4096^2 24.1-24.3 ->
+# 18.5-19.3 ms and 8192x64 0.80-0.90 -> 0.46-0.50 ms (two threads), attention's row max 9.3%
+# -> 4.0% of the kernel (one core; Emerald Rapids, benchmarks/RESULTS.md 2026-12-02).
 # Rows of 32 to 127 elements (attention's 64-key tiles) use SHORT_PARTIALS (one AVX-512
 # vector): their serial sum was a 64-add dependency chain per row, which LLVM vectorised across
 # rows with gathers (6% of the attention kernel on Emerald Rapids).
