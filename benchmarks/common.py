@@ -28,6 +28,21 @@ def median_ms(fn: Callable[[], object], repeat: int = 20, warmup: int = 3) -> fl
     return statistics.median(times)
 
 
+def copy_gbs(repeat: int = 10, nbytes: int = 1 << 26, best: bool = False) -> float:
+    """The measured copy bandwidth, GB/s (bytes read plus bytes written, one NumPy copy of
+    `nbytes` timed `repeat` times: the median, or with `best` the fastest): the memory limit
+    the tables compare bandwidth-bound rows with."""
+    import numpy as np
+
+    x = np.ones(nbytes // 4, np.float32)
+    out = np.empty_like(x)
+    if best:
+        ms = min(round_times({"copy": lambda: np.copyto(out, x)}, repeat)["copy"])
+    else:
+        ms = median_ms(lambda: np.copyto(out, x), repeat)
+    return 2 * x.nbytes / ms / 1e6
+
+
 def round_times(runs: dict[str, Callable[[], object]], rounds: int, pause: float = 0.0,
                 rotate: bool = True) -> dict[str, list[float]]:
     """Milliseconds of each run per round, after one warm-up call of each (compiles, page

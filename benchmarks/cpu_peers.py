@@ -19,7 +19,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -27,7 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import kdsl.kernels as K
 import numba_peers as NB
-from common import load_line, machine_header, round_times
+from common import copy_gbs, load_line, machine_header, round_times
 
 #: target of the issue per row kind: peer time / kdsl time must reach it
 TARGETS = {"matmul": 0.9, "attention": 0.8, "mlp": 0.8, "softmax": 1.0, "norms": 1.0}
@@ -159,19 +158,6 @@ def bench_norms(o, torch) -> None:
         TARGETS["norms"], o.rounds, _close(1e-4, 1e-4), nbytes=2 * x.nbytes)
 
 
-def _copy_gbs(nbytes: int = 1 << 28) -> float:
-    src = np.ones(nbytes // 4, np.float32)
-    dst = np.empty_like(src)
-    best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(5))
-    return 2 * nbytes / best / 1e9
-
-
-def _timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def bench_quant(o, torch) -> None:
     K_, N = 4096, 4096
     x = _f32(1, K_)
@@ -201,7 +187,7 @@ def main() -> None:
     o.sizes = [int(s) for s in o.sizes.split(",")]
     torch = _torch()
     print(machine_header())
-    COPY["gbs"] = _copy_gbs()
+    COPY["gbs"] = copy_gbs(5, 1 << 28, best=True)
     print(f"torch {torch.__version__ if torch else 'not installed'} "
           f"({torch.get_num_threads() if torch else 0} threads); kdsl llvm backend, "
           f"KDSL_NUM_THREADS={os.environ.get('KDSL_NUM_THREADS', 'default')}")

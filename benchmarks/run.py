@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import numba_peers as NB
-from common import load_line, machine_header, median_ms
+from common import copy_gbs, load_line, machine_header, median_ms
 
 # The kernels the examples show are the ones measured (the matmul recomputes its offsets from
 # k each step: a loop-carried pointer tile would also work, strength-reduced by the tile passes).
@@ -133,13 +133,6 @@ def row(name: str, ours: str, peer: str, verdict: str) -> None:
 
 def ok(cond: bool) -> str:
     return "met" if cond else "MISSED"
-
-
-def copy_gbs(repeat: int) -> float:
-    x = RNG.random(1 << 24, dtype=np.float32)
-    out = np.empty_like(x)
-    ms = median_ms(lambda: np.copyto(out, x), repeat)
-    return 2 * x.nbytes / ms / 1e6
 
 
 def bench_vector_add(o, bw):

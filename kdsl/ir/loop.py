@@ -73,7 +73,7 @@ the warp), so it is only emitted for targets whose caps promise it, under warp-u
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kdsl.compile_options import CompileOptions
@@ -553,6 +553,20 @@ _BIN_SYM = {
     "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
     "gt": ">", "ge": ">=", "land": "&&", "lor": "||",
 }
+
+
+def map_operands(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+    """`e` with `fn` applied to each of its sub-expressions (every `Expr` field, so a node
+    added later is covered too); `e` itself when `fn` changes none.  The one rebuild under
+    the Loop IR rewrites (kdsl/lowering/legalize.py, prefetch.py)."""
+    changes = {}
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            nv = fn(v)
+            if nv is not v:
+                changes[f.name] = nv
+    return replace(e, **changes) if changes else e
 
 
 def format_expr(e: Expr) -> str:

@@ -197,14 +197,7 @@ class _Legalizer:
         got = memo.get(id(e))
         if got is not None:
             return got
-        changes = {}
-        for f in fields(e):
-            v = getattr(e, f.name)
-            if isinstance(v, loop.Expr):
-                nv = self.expr(v, b, memo)
-                if nv is not v:
-                    changes[f.name] = nv
-        out = replace(e, **changes) if changes else e
+        out = loop.map_operands(e, lambda x: self.expr(x, b, memo))
         if self.lacks(out):
             operands = [out.x] if isinstance(out, loop.Unary) else [out.a, out.b]
             t = operands[0].dtype

@@ -30,10 +30,10 @@ capability never see the statement.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from kdsl.ir.loop import (Assign, Binary, Cast, Const, Expr, For, If, Load, Prefetch, PtrAdd,
-                          Special, Stmt, Type, Var, While)
+                          Special, Stmt, Type, Var, While, map_operands)
 
 from . import index as ix
 
@@ -57,14 +57,7 @@ def _subst(e: Expr, m: dict[str, Expr], memo: dict[int, Expr] | None = None) -> 
     got = memo.get(id(e))
     if got is not None:
         return got
-    changes = {}
-    for f in fields(e):
-        v = getattr(e, f.name)
-        if isinstance(v, Expr):
-            nv = _subst(v, m, memo)
-            if nv is not v:
-                changes[f.name] = nv
-    out = replace(e, **changes) if changes else e
+    out = map_operands(e, lambda x: _subst(x, m, memo))
     memo[id(e)] = out
     return out
 

@@ -346,28 +346,25 @@ def column_stats(x_ptr, w_ptr, y_ptr, R, O: kd.constexpr, BR: kd.constexpr):
 
 
 @kd.jit
-def column_sum_of_transpose(x_ptr, y_ptr, BR: kd.constexpr, O: kd.constexpr):
-    # x is [O, BR] in memory; its transpose's column sums are x's row sums (contiguous);
-    # the loop reading x keeps it in an array, which the sum reads through the transpose
+def column_sum_of_stored(x_ptr, y_ptr, BR: kd.constexpr, O: kd.constexpr,
+                         TRANS: kd.constexpr):
+    # x is read by a loop before the sum, so it lives in an array when summed; with TRANS it
+    # is [O, BR] in memory and its transpose's column sums are its rows' sums (contiguous),
+    # read through the transpose
     r = kd.arange(0, BR)
     o = kd.arange(0, O)
-    x = kd.load(x_ptr + o[:, None] * BR + r[None, :])
     t = kd.zeros((O,), kd.float32)
-    for i in range(2):
-        t += kd.max(x, axis=1)
-    kd.store(y_ptr + o, kd.sum(kd.trans(x), axis=0) + t)
-
-
-@kd.jit
-def column_sum_of_stored(x_ptr, y_ptr, BR: kd.constexpr, O: kd.constexpr):
-    # x is read again after a loop over its rows: it lives in an array when summed
-    r = kd.arange(0, BR)
-    o = kd.arange(0, O)
-    x = kd.load(x_ptr + r[:, None] * O + o[None, :])
-    t = kd.zeros((O,), kd.float32)
-    for i in range(2):
-        t += kd.max(x, axis=0)
-    kd.store(y_ptr + o, kd.sum(x, axis=0) + t)
+    if TRANS:
+        x = kd.load(x_ptr + o[:, None] * BR + r[None, :])
+        for i in range(2):
+            t += kd.max(x, axis=1)
+        s = kd.sum(kd.trans(x), axis=0)
+    else:
+        x = kd.load(x_ptr + r[:, None] * O + o[None, :])
+        for i in range(2):
+            t += kd.max(x, axis=0)
+        s = kd.sum(x, axis=0)
+    kd.store(y_ptr + o, s + t)
 
 
 def _serial_columns(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -407,19 +404,19 @@ def test_column_reduction_of_a_contiguous_view_or_stored_tile():
     rng = np.random.default_rng(7)
     xt = rng.standard_normal((16, 32)).astype(np.float32)
     y = np.empty(16, np.float32)
-    loop = column_sum_of_transpose.compile(xt, y, BR=32, O=16, backend="llvm").ir["loop"]
+    loop = column_sum_of_stored.compile(xt, y, BR=32, O=16, TRANS=True, backend="llvm").ir["loop"]
     assert "reg float32 col" not in loop, loop
     x = rng.standard_normal((32, 16)).astype(np.float32)
-    loop = column_sum_of_stored.compile(x, y, BR=32, O=16, backend="llvm").ir["loop"]
+    loop = column_sum_of_stored.compile(x, y, BR=32, O=16, TRANS=False, backend="llvm").ir["loop"]
     assert loop.count("reg float32 col") == 2, loop
     s = np.zeros(16, np.float32)
     for r in range(32):
         s = s + x[r]
     want = s + (np.max(x, axis=0) + np.max(x, axis=0))
     for be in [b for b in ("llvm", "opencl", "interp") if b in kd.available_backends()]:
-        column_sum_of_stored[(1,)](x, y, BR=32, O=16, backend=be)
+        column_sum_of_stored[(1,)](x, y, BR=32, O=16, TRANS=False, backend=be)
         np.testing.assert_array_equal(y, want, err_msg=be)
-        column_sum_of_transpose[(1,)](xt, y, BR=32, O=16, backend=be)
+        column_sum_of_stored[(1,)](xt, y, BR=32, O=16, TRANS=True, backend=be)
         assert_close(y, xt.astype(np.float64).sum(axis=1) + 2 * xt.max(axis=1))
 
 
@@ -447,29 +444,3 @@ def test_short_rows_sum_through_16_partials():
     for be in [b for b in ("llvm", "opencl") if b in kd.available_backends()]:
         row_sums_64[(1,)](x, y, R=8, C=64, backend=be)
         np.testing.assert_array_equal(y, want, err_msg=be)
-
-
-def test_dot_without_accumulator_starts_its_blocks_at_zero():
-    """`dot(a, b)` (no accumulator) writes its output array only from the register blocks,
-    which start at zero: no zeroing loop over the output, no loads of it."""
-    rng = np.random.default_rng(9)
-    s = np.empty((16, 32), np.float32)
-    q = rng.standard_normal((16, 64)).astype(np.float32)
-    k = rng.standard_normal((32, 64)).astype(np.float32)
-    loop = qk_scores.compile(q, k, s, BM=16, BN=32, BD=64, backend="llvm").ir["loop"]
-    assert "dot0[" in loop and not any(
-        line.strip().startswith("dot0[") and line.strip().endswith("= 0.0:float32")
-        for line in loop.splitlines()), loop
-    if "llvm" in kd.available_backends():
-        qk_scores[(1,)](q, k, s, BM=16, BN=32, BD=64, backend="llvm")
-        assert_close(s, q.astype(np.float64) @ k.T.astype(np.float64))
-
-
-@kd.jit
-def qk_scores(q_ptr, k_ptr, s_ptr, BM: kd.constexpr, BN: kd.constexpr, BD: kd.constexpr):
-    m = kd.arange(0, BM)
-    n = kd.arange(0, BN)
-    d = kd.arange(0, BD)
-    q = kd.load(q_ptr + m[:, None] * BD + d[None, :])
-    k = kd.load(k_ptr + n[:, None] * BD + d[None, :])
-    kd.store(s_ptr + m[:, None] * BN + n[None, :], kd.dot(q, kd.trans(k)))

@@ -1,7 +1,8 @@
 """The Loop IR `Transpose` statement (an n x n block copied transposed) and the CPU dot's
 packing of a transposed operand through it (kdsl/lowering/dot_cpu.py `_pack_transposed`):
 its meaning in the simulator, the verifier's rules, the llvm backend's shuffle network and
-the C dialects' loops, all against NumPy."""
+the C dialects' loops, all against NumPy; and that attention-style first dot without an
+accumulator."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kdsl.ir.types import PointerType, float32, int32, scalar
 from kdsl.lowering import lower
 from kdsl.passes import run_tile_passes
 from kdsl.target import Target
+from kdsl.testing import assert_close
 
 I = lambda v: L.Const(v, int32)  # noqa: E731
 
@@ -70,6 +72,22 @@ def scores(q_ptr, k_ptr, s_ptr, BM: kd.constexpr, BN: kd.constexpr, BD: kd.const
     q = kd.load(q_ptr + m[:, None] * BD + d[None, :])
     k = kd.load(k_ptr + n[:, None] * BD + d[None, :])
     kd.store(s_ptr + m[:, None] * BN + n[None, :], kd.dot(q, kd.trans(k)))
+
+
+def test_dot_without_accumulator_starts_its_blocks_at_zero():
+    """`dot(a, b)` (no accumulator) writes its output array only from the register blocks,
+    which start at zero: no zeroing loop over the output, no loads of it."""
+    rng = np.random.default_rng(9)
+    s = np.empty((16, 32), np.float32)
+    q = rng.standard_normal((16, 64)).astype(np.float32)
+    k = rng.standard_normal((32, 64)).astype(np.float32)
+    loop = scores.compile(q, k, s, BM=16, BN=32, BD=64, backend="llvm").ir["loop"]
+    assert "dot0[" in loop and not any(
+        line.strip().startswith("dot0[") and line.strip().endswith("= 0.0:float32")
+        for line in loop.splitlines()), loop
+    if "llvm" in kd.available_backends():
+        scores[(1,)](q, k, s, BM=16, BN=32, BD=64, backend="llvm")
+        assert_close(s, q.astype(np.float64) @ k.T.astype(np.float64))
 
 
 def _lowered(caps: frozenset[str], bits: int, BM: int, BN: int, BD: int) -> L.Kernel:
