@@ -113,8 +113,29 @@ class _FnEmitter:
         for a in kernel.arrays:
             self._array_slot(a)
         self._loop_md = None
+        self._scopes: dict[bool, Any] = {}  # private? -> the list of that one scope
 
     # -------------------------------------------------------------------------- storage
+
+    def tag(self, inst: ir.Instruction, private: bool) -> ir.Instruction:
+        """Marks a load or store as touching a register/shared array (`private`: an alloca of
+        this function) or user memory.  A user pointer never points into an alloca (their
+        addresses never leave the function), but LLVM cannot always prove it: the loop
+        vectoriser then guards a loop that reads user memory and updates an array (a reduction's
+        per-lane partials) with a runtime overlap check and keeps a scalar copy of the loop, whose
+        variable-offset array accesses stop SROA from keeping the partials in registers (measured
+        on a Zen 5 core: a row sum of squares read 4096 floats per row at 20 GB/s instead of 29,
+        the partials stored to and reloaded from the stack on every iteration).  Two scopes of
+        one alias domain say so (`!alias.scope` / `!noalias`, LLVM's scoped-noalias AA)."""
+        if not self._scopes:
+            md = self.m.add_metadata
+            domain = md([ir.MetaDataString(self.m, "kdsl.memory")])
+            for kind in (True, False):
+                name = "kdsl.private" if kind else "kdsl.user"
+                self._scopes[kind] = md([md([ir.MetaDataString(self.m, name), domain])])
+        inst.set_metadata("alias.scope", self._scopes[private])
+        inst.set_metadata("noalias", self._scopes[not private])
+        return inst
 
     def _alloca(self, ty: ir.Type, name: str) -> ir.Value:
         with self.b.goto_entry_block():
@@ -171,7 +192,7 @@ class _FnEmitter:
 
     def _e_Index(self, e: L.Index) -> ir.Value:
         ptr, elem = self._elem_ptr(e.array, e.index)
-        v = self.b.load(ptr, typ=elem)
+        v = self.tag(self.b.load(ptr, typ=elem), private=True)
         return self.b.trunc(v, I1) if e.array.dtype == int1 else v
 
     def _e_Unary(self, e: L.Unary) -> ir.Value:
@@ -383,7 +404,7 @@ class _FnEmitter:
 
     def _load_mem(self, ptr: ir.Value, t: DType) -> ir.Value:
         b = self.b
-        v = b.load(ptr, typ=mem_type(t), align=t.itemsize)
+        v = self.tag(b.load(ptr, typ=mem_type(t), align=t.itemsize), private=False)
         if t.name == "float16":
             return b.fpext(v, F32)
         if t.name == "bfloat16":
@@ -414,7 +435,8 @@ class _FnEmitter:
     def _s_ArrayStore(self, s: L.ArrayStore) -> None:
         v = self.expr(s.value)
         ptr, _ = self._elem_ptr(s.array, s.index)
-        self.b.store(self.b.zext(v, I8) if s.array.dtype == int1 else v, ptr)
+        self.tag(self.b.store(self.b.zext(v, I8) if s.array.dtype == int1 else v, ptr),
+                 private=True)
 
     def _masked(self, mask: L.Expr | None):
         """Context manager: the statements inside run only where `mask` is true."""
@@ -426,7 +448,8 @@ class _FnEmitter:
         t = s.ptr.dtype.pointee
         with self._masked(s.mask):
             ptr = self.expr(s.ptr)
-            self.b.store(self._to_mem(self.expr(s.value), t), ptr, align=t.itemsize)
+            self.tag(self.b.store(self._to_mem(self.expr(s.value), t), ptr, align=t.itemsize),
+                     private=False)
 
     def _s_AtomicRMW(self, s: L.AtomicRMW) -> None:
         llvm_atomics.emit_rmw(self, s)

@@ -34,7 +34,8 @@ def emit_transpose(em: _FnEmitter, s: L.Transpose) -> None:
         p = b.gep(base, [ir.Constant(I64, i * stride)], inbounds=True, source_etype=F32)
         return b.bitcast(p, vt.as_pointer())  # (a no-op with opaque pointers)
 
-    rows = [b.load(row_ptr(src0, i, s.src_stride), align=4) for i in range(n)]
+    rows = [em.tag(b.load(row_ptr(src0, i, s.src_stride), align=4), private=True)
+            for i in range(n)]
     for bit, lo, hi in stages(n):
         lo_mask, hi_mask = (ir.Constant(ir.VectorType(I32, n), m) for m in (lo, hi))
         out = list(rows)
@@ -44,4 +45,4 @@ def emit_transpose(em: _FnEmitter, s: L.Transpose) -> None:
                 out[p | bit] = b.shuffle_vector(rows[p], rows[p | bit], hi_mask)
         rows = out
     for j, v in enumerate(rows):
-        b.store(v, row_ptr(dst0, j, s.dst_stride), align=4)
+        em.tag(b.store(v, row_ptr(dst0, j, s.dst_stride), align=4), private=True)
