@@ -16,8 +16,9 @@ written in `context.py` (`LoweringContext`, docs/ir.md "The lowering's interface
   caps.py         what a target cannot run (a CompilationError before lowering)
   analysis.py     aliases, users, operands read at any index
 
-then the Loop IR passes: `legalize.py` (decomposes the math a target lacks into ops it has)
-and `hoist_barriers.py` (no barrier inside a conditional).
+then the Loop IR passes: `legalize.py` (decomposes the math a target lacks into ops it has),
+`hoist_barriers.py` (no barrier inside a conditional) and, on one-thread targets,
+`mask_version.py` (an unmasked copy of a loop nest whose bound tests a guard proves true).
 """
 
 from __future__ import annotations

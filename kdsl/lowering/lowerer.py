@@ -97,6 +97,7 @@ from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
 from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, slice_source
 from .hoist_barriers import hoist_barriers
 from .legalize import legalize
+from .mask_version import version_masks
 from .reduce import accumulator_types, lower_reduce
 from .reduce_warp import SIMULATIONS as WARP_SIMULATIONS
 from .reduce_warp import warp_reduce
@@ -1024,6 +1025,8 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
                     shared_bytes=L.shared_bytes, raw_pointers=raw_pointer_loc(fn),
                     warp_size=target.warp_size)
     kernel = hoist_barriers(legalize(kernel, target))
+    if target.one_thread_per_program:
+        kernel = version_masks(kernel)
     kernel.intrinsics = {n: INTRINSIC_SIMULATIONS[n] for n in _intrinsics_used(kernel.body)}
     # A bad lowering is an error naming its node here, not a KeyError in an emitter; and
     # what the backend gets has only the ops it lists (a fraction of a millisecond).

@@ -23,6 +23,7 @@ from kdsl.ir.types import (
     scalar,
 )
 from kdsl.lowering import lower
+from kdsl.lowering.mask_version import masked_path
 from kdsl.target import Target
 
 THREADS = (1, 4, 8)
@@ -208,7 +209,7 @@ def test_elementwise_masked_ragged(block):
 
 def test_elementwise_chain_is_one_loop_and_cpu_has_no_barrier():
     fn = _axpy(16)
-    k1 = lower(fn, Target("cpu", threads=1))
+    k1 = masked_path(lower(fn, Target("cpu", threads=1)))  # (the unmasked copy aside)
     fors = [s for s in k1.body if isinstance(s, loop.For)]
     assert len(fors) == 1
     assert not any(isinstance(s, (loop.Barrier, loop.For)) for s in walk(fors[0].body))
