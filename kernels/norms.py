@@ -1,11 +1,12 @@
 """Row normalisations: `layer_norm(x, weight, bias, eps)` and `rms_norm(x, weight, eps)`.
 
 One program per row over the last dimension (leading dimensions are flattened, and read
-through a row stride: a slice of rows or of a wider buffer is read in place).  The row is
-walked in tiles of BLOCK (the whole row when it fits `configs.FUSED_ROW_MAX`, so the loops run
-once); statistics are accumulated per lane in float32 and reduced at the end, whatever the
-input dtype: mean, then the centred variance (two passes: no cancellation), then the output
-pass, stored in the input dtype.  weight and bias may have any float dtype (often float32 with
+through a row stride: a slice of rows or of a wider buffer is read in place).  A row that fits
+`configs.FUSED_ROW_MAX` is one tile (`*_row_kernel`: no accumulator tiles, each statistic one
+reduction of the loaded row); a longer one is walked in tiles of BLOCK, its statistics
+accumulated per lane and reduced at the end.  Statistics are float32 whatever the input
+dtype: mean, then the centred variance (two passes: no cancellation), then the output pass,
+stored in the input dtype.  weight and bias may have any float dtype (often float32 with
 float16 activations); they are read as float32.
 """
 
@@ -76,6 +77,31 @@ def rms_norm_kernel(x_ptr, w_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.constex
         kd.store(y_ptr + cols, x * rstd * w, mask=mask)
 
 
+@kd.jit
+def layer_norm_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.constexpr):
+    row = kd.program_id(0).to(kd.int64)
+    cols = kd.arange(0, BLOCK)
+    mask = cols < N
+    x = kd.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(kd.float32)
+    mean = kd.sum(x, axis=0) / N
+    d = kd.where(mask, x - mean, 0.0)
+    rstd = 1.0 / kd.sqrt(kd.sum(d * d, axis=0) / N + eps)
+    w = kd.load(w_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+    b = kd.load(b_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+    kd.store(y_ptr + row * N + cols, d * rstd * w + b, mask=mask)
+
+
+@kd.jit
+def rms_norm_row_kernel(x_ptr, w_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.constexpr):
+    row = kd.program_id(0).to(kd.int64)
+    cols = kd.arange(0, BLOCK)
+    mask = cols < N
+    x = kd.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(kd.float32)
+    rstd = 1.0 / kd.sqrt(kd.sum(x * x, axis=0) / N + eps)
+    w = kd.load(w_ptr + cols, mask=mask, other=0.0).to(kd.float32)
+    kd.store(y_ptr + row * N + cols, x * rstd * w, mask=mask)
+
+
 def _block(n: int, backend: str) -> int:
     return next_pow2(n) if n <= configs.FUSED_ROW_MAX else configs.row_loop_block(backend)
 
@@ -103,7 +129,8 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5,
     if n and rows:
         block = _block(n, be)
         xin, stride = row_layout(x)
-        layer_norm_kernel[(rows,)](
+        kern = layer_norm_row_kernel if n <= configs.FUSED_ROW_MAX else layer_norm_kernel
+        kern[(rows,)](
             xin.kernel_arg, w.kernel_arg, b.kernel_arg,
             reshaped(out, (rows, n)).kernel_arg, n, stride, eps, BLOCK=block, backend=be,
             **configs.pick(configs.ROW, be, block))
@@ -119,7 +146,8 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None)
     if n and rows:
         block = _block(n, be)
         xin, stride = row_layout(x)
-        rms_norm_kernel[(rows,)](
+        kern = rms_norm_row_kernel if n <= configs.FUSED_ROW_MAX else rms_norm_kernel
+        kern[(rows,)](
             xin.kernel_arg, w.kernel_arg,
             reshaped(out, (rows, n)).kernel_arg, n, stride, eps, BLOCK=block, backend=be,
             **configs.pick(configs.ROW, be, block))

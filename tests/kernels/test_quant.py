@@ -38,6 +38,18 @@ def test_quant_matmul_few_rows(backend, rng, M, bits):
           "float32", k=K, k_out=2)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bits,gs", [(8, 32), (4, 32), (4, 2), (4, 3)])
+def test_quant_matvec(backend, rng, dtype, bits, gs):
+    # M = 1 with a ragged N and K: the column-sum kernel on CPU targets (int4 with an odd
+    # group size, whose byte rows may straddle two groups, takes the dot path)
+    K, N = 96, 300
+    x = rand(rng, (1, K), dtype)
+    w, s = weights(rng, bits, K, N, gs)
+    check(quant_matmul(x, w, s, gs, bits, backend=backend), R.quant_matmul(x, w, s, gs, bits),
+          dtype, k=K, k_out=2)
+
+
 def test_fit_rows_cuts_block_m_to_the_problem():
     from kdsl.kernels.configs import fit_rows
 
