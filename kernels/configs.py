@@ -72,12 +72,15 @@ QUANT: dict[str, list[Row]] = {
 }
 
 # M = 1 (quant.py `quant_matvec_kernel`, column sums of the scaled weight tile): on one-thread
-# CPU targets only, where it was 1.5x faster than the one-row dot (int4, K = N = 4096, one Zen 5
-# core, interleaved: 0.55 vs 0.85 ms; 256 x 64 the fastest of 64-256 x 16-64).  Elsewhere
-# (a GPU, a work-group OpenCL device) M = 1 takes the dot path ({}: no matvec).
+# CPU targets only, where it was 1.5x faster than the one-row dot (int4, K = N = 4096, Zen 5,
+# interleaved, 2 threads: 0.42 vs 0.62 ms, 1 thread 0.59 vs 0.90; 128 x 32 to 512 x 32 and
+# 256 x 64 within 5% of each other, 64 x 64 slower; 128 x 32 leaves 32 programs to share).
+# No prefetch hints: the weights stream in order, and the hint loops cost a quarter of the
+# one-row dot's time.  Elsewhere (a GPU, a work-group OpenCL device) M = 1 takes the dot path
+# ({}: no matvec).
 QUANT_MATVEC: dict[str, list[Row]] = {
     "default": [(INF, {})],
-    "cpu": [(INF, {"BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 1, "num_stages": 1})],
+    "cpu": [(INF, {"BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 1, "num_stages": 1})],
 }
 
 QUANT["simt-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT["default"]]

@@ -1026,7 +1026,7 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
                     warp_size=target.warp_size)
     kernel = hoist_barriers(legalize(kernel, target))
     if target.one_thread_per_program:
-        kernel = version_masks(kernel)
+        kernel = version_masks(kernel, max(4, target.vector_bits // 32))
     kernel.intrinsics = {n: INTRINSIC_SIMULATIONS[n] for n in _intrinsics_used(kernel.body)}
     # A bad lowering is an error naming its node here, not a KeyError in an emitter; and
     # what the backend gets has only the ops it lists (a fraction of a millisecond).

@@ -171,3 +171,26 @@ def test_no_version_without_masked_access_or_proof():
     s = MV._version(L.For(i, L.Const(0, L.int32), L.Const(8, L.int32), L.Const(1, L.int32),
                           [st]))
     assert isinstance(s, L.For)
+
+
+def test_unmasked_tile_loads_are_vector_loops():
+    """The unmasked copy of a tile load is marked as a vector loop: fully unrolled first, LLVM's
+    SLP vectoriser had built gathers from its loads (int32 indices that may wrap)."""
+    import platform
+    from kdsl.kernels.matmul import matmul_kernel
+    n = 256
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    out = np.empty((n, n), np.float32)
+    ck = matmul_kernel[(8, 1)](a, b, a, out, n, n, n, 0, 0, n, n, GROUP_M=8, HAS_BIAS=False,
+                               ACT=0, BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=1,
+                               backend="llvm")
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    fast = [s.then for s in _walk(ck.kernel.body)
+            if isinstance(s, L.If) and s.then and isinstance(s.then[0], L.Comment)
+            and s.then[0].text == MV.UNMASKED]
+    inner = [s for f in fast for s in _walk(f) if isinstance(s, L.For)
+             and not any(isinstance(x, L.For) for x in _walk(s.body))]
+    assert inner and all(L.loop_hint(s) == L.SIMD_HINT for s in inner)
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert "vgather" not in ck.ir["asm"]
