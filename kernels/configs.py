@@ -72,15 +72,18 @@ QUANT: dict[str, list[Row]] = {
 }
 
 # M = 1 (quant.py `quant_matvec_kernel`, column sums of the scaled weight tile): on one-thread
-# CPU targets only, where it was 1.5x faster than the one-row dot (int4, K = N = 4096, Zen 5,
-# interleaved, 2 threads: 0.42 vs 0.62 ms, 1 thread 0.59 vs 0.90; 128 x 32 to 512 x 32 and
-# 256 x 64 within 5% of each other, 64 x 64 slower; 128 x 32 leaves 32 programs to share).
-# No prefetch hints: the weights stream in order, and the hint loops cost a quarter of the
-# one-row dot's time.  Elsewhere (a GPU, a work-group OpenCL device) M = 1 takes the dot path
-# ({}: no matvec).
+# CPU targets only (int4, K = N = 4096, Zen 5, 2 threads, interleaved).  Weights in cache
+# (back-to-back calls): 128 x 32 to 512 x 32 0.41-0.44 ms, the one-row dot 0.62 ms.  Weights
+# cold (a 64 MiB write between calls, as when decoding streams a model larger than the cache):
+# 512 x 64 0.60 ms, 512 x 32 0.63, 256 x 64 0.70, 128 x 32 1.25, BLOCK_K 16 2.0-2.2 (the
+# longer each row's strip, the better the hardware prefetchers follow it).  Below 4096
+# columns 128-wide programs keep 16 or more of them to share.  No prefetch hints: they cost a
+# quarter of the one-row dot's time and slowed every matvec shape here.  Elsewhere (a GPU, a
+# work-group OpenCL device) M = 1 takes the dot path ({}: no matvec).
 QUANT_MATVEC: dict[str, list[Row]] = {
     "default": [(INF, {})],
-    "cpu": [(INF, {"BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 1, "num_stages": 1})],
+    "cpu": [(2048, {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 1, "num_stages": 1}),
+            (INF, {"BLOCK_N": 512, "BLOCK_K": 64, "num_warps": 1, "num_stages": 1})],
 }
 
 QUANT["simt-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT["default"]]
