@@ -61,15 +61,18 @@ LIBM_NAMES = sorted({n for table in (_LIBM_UNARY, _LIBM_BINARY) for pair in tabl
 
 
 # Loop hints: a Loop IR `For` whose body starts with `Comment(hint)` gets these loop
-# properties.  L.SIMD_HINT ("simd", kdsl/ir/loop.py) marks the loop the lowering meant as the vector dimension (the CPU dot's
-# NR loop): it is never fully unrolled into scalars first (which would leave the vectoriser only
-# the outer loop, with gathers), so the cost model vectorises it; once vectorised it is unrolled.
+# properties.  L.SIMD_HINT ("simd", kdsl/ir/loop.py) marks the loop the lowering meant as the
+# vector dimension (the CPU dot's NR loop), L.VECTOR_HINT an element loop to vectorise as a
+# loop: it is never fully unrolled into scalars first (which would leave the vectoriser only
+# the outer loop, or the SLP vectoriser, with gathers), so the cost model vectorises it; once
+# vectorised it is unrolled.
 # Vectorisation is not forced (`vectorize.enable`): a forced loop that cannot be vectorised
 # makes LLVM print a remark on stderr.
 _LOOP_HINTS: dict[str, list[tuple]] = {
     L.SIMD_HINT: [("llvm.loop.unroll.disable",),
                   ("llvm.loop.vectorize.followup_vectorized", ("llvm.loop.unroll.full",))],
 }
+_LOOP_HINTS[L.VECTOR_HINT] = _LOOP_HINTS[L.SIMD_HINT]  # (an element loop: the same handling)
 
 
 # Register arrays of a cache line or more start on a cache line: their vector loads and stores

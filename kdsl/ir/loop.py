@@ -405,6 +405,10 @@ class Comment(Stmt):
 #: backend hands it to LLVM's vectoriser (backends/llvm.py `_LOOP_HINTS`), the C emitter
 #: prints it with vector types (backends/c_simd.py).
 SIMD_HINT = "simd"
+#: VECTOR_HINT: an element loop (loads, math, stores) to be vectorised as a loop, not fully
+#: unrolled first (kdsl/lowering/mask_version.py's unmasked copies): the llvm backend gives it
+#: SIMD_HINT's loop properties; the C emitter treats it as any other element loop.
+VECTOR_HINT = "vector"
 
 
 def loop_hint(s: For) -> str | None:

@@ -23,7 +23,7 @@ a nest a guard and a copy:
   versioned in turn, with the outer loops' variables as their invariants: a row walked in
   tiles runs every tile but a partial last one unmasked.
 * the unmasked copy's innermost loops that touch memory get the vector-loop hint
-  (`SIMD_HINT`, at least `lanes` iterations): LLVM vectorises them as loops instead of fully
+  (`VECTOR_HINT`, at least `lanes` iterations): LLVM vectorises them as loops instead of fully
   unrolling them and building gathers from the unrolled loads.
 * a nest whose masked accesses do not all move by one element (or not at all) per iteration
   of their innermost loop is not versioned: unmasked strided accesses vectorise as gathers.
@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import fields, replace
 
-from kdsl.ir.loop import (COMPARE, SIMD_HINT, Assign, Barrier, Binary, Cast, Comment, Const, Expr,
+from kdsl.ir.loop import (COMPARE, VECTOR_HINT, Assign, Barrier, Binary, Cast, Comment, Const, Expr,
                           For, If, Kernel, Load, Special, Stmt, Var, While, int1, loop_hint,
                           map_operands)
 
@@ -120,7 +120,7 @@ def _version(nest: For, lanes: int = 4) -> Stmt:
 
 def _hint(s: Stmt, lanes: int) -> Stmt:
     """`s` with each innermost loop of at least `lanes` constant iterations that touches
-    memory under a mask (now always true) marked as a vector loop (`SIMD_HINT`).  Unmasked, a
+    memory under a mask (now always true) marked as a vector loop (`VECTOR_HINT`).  Unmasked, a
     short constant loop of loads into a register array is fully unrolled by LLVM before its
     loop vectoriser runs, and the SLP vectoriser then builds gathers out of the unrolled loads
     (their int32 indices may wrap, so they are not provably consecutive): matmul 64 x 128 x 32
@@ -131,7 +131,7 @@ def _hint(s: Stmt, lanes: int) -> Stmt:
         trips = _trips(s)
         if (trips >= lanes and loop_hint(s) is None
                 and any(_masked_access(x) for x in _walk(s.body))):
-            return For(s.var, s.lo, s.hi, s.step, [Comment(SIMD_HINT)] + s.body)
+            return For(s.var, s.lo, s.hi, s.step, [Comment(VECTOR_HINT)] + s.body)
         return s
     changes = {f.name: [_hint(x, lanes) for x in getattr(s, f.name)] for f in fields(s)
                if isinstance(getattr(s, f.name), list) and getattr(s, f.name)

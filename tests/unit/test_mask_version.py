@@ -191,6 +191,6 @@ def test_unmasked_tile_loads_are_vector_loops():
             and s.then[0].text == MV.UNMASKED]
     inner = [s for f in fast for s in _walk(f) if isinstance(s, L.For)
              and not any(isinstance(x, L.For) for x in _walk(s.body))]
-    assert inner and all(L.loop_hint(s) == L.SIMD_HINT for s in inner)
+    assert inner and all(L.loop_hint(s) == L.VECTOR_HINT for s in inner)
     if platform.machine().lower() in ("x86_64", "amd64"):
         assert "vgather" not in ck.ir["asm"]
