@@ -1,5 +1,6 @@
 """Library softmax, layer_norm and rms_norm on every available backend, in float32, float16 and
-bfloat16, against the float64 references.
+bfloat16, against the float64 references; then `out=`: one buffer reused across calls (no
+fresh output, none of its page faults).
 
     python examples/kernels_norms.py
 """
@@ -30,7 +31,14 @@ def main() -> None:
                              for n, (y, ref) in errs.items())
             print(f"{backend:7s} {dtype:9s} max error / max|ref|: {line}  "
                   f"(tolerance {tol.atol:.1e})")
-
+    x = base.astype(np.float32)
+    buf = np.empty_like(x)  # written in place by each call, and returned
+    for name, params in (("softmax", ()), ("layer_norm", (w, b)), ("rms_norm", (w,))):
+        fn = getattr(K, name)
+        into = fn(x, *params, out=buf) is buf
+        same = np.array_equal(buf, fn(x, *params))
+        print(f"out=: {name} wrote into the caller's buffer: {into}, "
+              f"equal to the new-array call: {same}")
 
 if __name__ == "__main__":
     main()

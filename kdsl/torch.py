@@ -71,7 +71,8 @@ def _fake_grads(*names: str) -> Callable[..., Any]:
 @dataclass(frozen=True)
 class OpSpec:
     """One library kernel as an operator: its schema (the library function's parameters, in
-    order, with `str? backend=None` last) and its fake implementation (keyword arguments)."""
+    order, with `str? backend=None` last; a library `out=` is not one: the operators are
+    functional) and its fake implementation (keyword arguments)."""
 
     schema: str
     fake: Callable[..., Any]

@@ -22,9 +22,9 @@ from ._validate import (
     FLOATS,
     as_arg,
     check_shape,
-    empty,
     finite_float,
     next_pow2,
+    output,
     reshaped,
     resolve_backend,
     result,
@@ -120,12 +120,13 @@ def _rows(x_in: Any, weight: Any, *more: tuple[str, Any]):
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5,
-               backend: str | None = None) -> Any:
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension of `x`."""
+               backend: str | None = None, out: Any = None) -> Any:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension of `x` (written
+    into `out` when given: x's shape and dtype, contiguous, not overlapping an input)."""
     x, (w, b), n, rows = _rows(x, weight, ("bias", bias))
     eps = finite_float("eps", eps)
     be = resolve_backend(backend, x, w, b)
-    out = empty(x, x.shape, x.dtype)
+    user_out, out = out, output(out, x, x.shape, x.dtype, (x, w, b))
     if n and rows:
         block = _block(n, be)
         xin, stride = row_layout(x)
@@ -134,15 +135,17 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5,
             xin.kernel_arg, w.kernel_arg, b.kernel_arg,
             reshaped(out, (rows, n)).kernel_arg, n, stride, eps, BLOCK=block, backend=be,
             **configs.pick(configs.ROW, be, block))
-    return result(out)
+    return result(out) if user_out is None else user_out
 
 
-def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None) -> Any:
-    """x / sqrt(mean(x**2) + eps) * weight over the last dimension of `x`."""
+def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None,
+             out: Any = None) -> Any:
+    """x / sqrt(mean(x**2) + eps) * weight over the last dimension of `x` (into `out` when
+    given, as layer_norm)."""
     x, (w,), n, rows = _rows(x, weight)
     eps = finite_float("eps", eps)
     be = resolve_backend(backend, x, w)
-    out = empty(x, x.shape, x.dtype)
+    user_out, out = out, output(out, x, x.shape, x.dtype, (x, w))
     if n and rows:
         block = _block(n, be)
         xin, stride = row_layout(x)
@@ -151,4 +154,4 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None)
             xin.kernel_arg, w.kernel_arg,
             reshaped(out, (rows, n)).kernel_arg, n, stride, eps, BLOCK=block, backend=be,
             **configs.pick(configs.ROW, be, block))
-    return result(out)
+    return result(out) if user_out is None else user_out

@@ -3,7 +3,8 @@
 One program per row.  A row of up to `configs.FUSED_ROW_MAX` elements is held in one tile and
 read once (fused: max, exp, sum, times the reciprocal of the sum).  Longer rows use the online
 form: a first pass keeps a running maximum and a running sum rescaled whenever the maximum
-grows, a second pass writes exp(x - max) * (1 / sum).  Statistics are float32 for every input dtype; the output has the input's.
+grows, a second pass writes exp(x - max) * (1 / sum).  Statistics are float32 for every input
+dtype; the output has the input's (or goes into the caller's `out=`).
 Leading dimensions are flattened into rows, read through a row stride (a slice of rows or
 of a wider buffer is read in place); any other axis is moved last by a copy (and the result
 moved back), which costs one extra read and write of the array.
@@ -26,6 +27,7 @@ from ._validate import (
     empty,
     moved_axis,
     next_pow2,
+    output,
     reshaped,
     resolve_backend,
     result,
@@ -77,8 +79,10 @@ def _move_last(x: Arg, axis: int) -> Arg:
     return moved_axis(x, axis, -1)
 
 
-def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
-    """Softmax of `x` along `axis` (float32/float16/bfloat16; output in x's dtype and kind)."""
+def softmax(x: Any, axis: int = -1, backend: str | None = None, out: Any = None) -> Any:
+    """Softmax of `x` along `axis` (float32/float16/bfloat16; output in x's dtype and kind,
+    written into `out` when given: x's shape and dtype, contiguous, not overlapping x; with
+    the last axis only)."""
     a = as_arg("x", x, FLOATS, strided=True)
     if a.ndim == 0:
         raise ValueError("x: expected at least a 1-D array, got a scalar")
@@ -88,15 +92,18 @@ def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
     axis = int(axis) % a.ndim
     be = resolve_backend(backend, a)
     if axis != a.ndim - 1:
+        if out is not None:
+            raise ValueError(f"out: only supported along the last axis (axis={a.ndim - 1} or "
+                             f"-1), got axis={axis}")
         moved = _move_last(a, axis)
         out = softmax(result(moved), -1, be)
         back = as_arg("out", out, FLOATS)
         return result(_move_back(back, axis))
     n = a.shape[-1]
     rows = math.prod(a.shape[:-1])
-    out = empty(a, a.shape, a.dtype)
+    user_out, out = out, output(out, a, a.shape, a.dtype, (a,))
     if n == 0 or rows == 0:
-        return result(out)
+        return result(out) if user_out is None else user_out
     (xin, stride), yout = row_layout(a), reshaped(out, (rows, n))
     if n <= configs.FUSED_ROW_MAX:
         block = next_pow2(n)
@@ -108,7 +115,7 @@ def softmax(x: Any, axis: int = -1, backend: str | None = None) -> Any:
         meta = configs.pick(configs.ROW, be, block)
         softmax_online_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, stride, BLOCK=block,
                                        backend=be, **meta)
-    return result(out)
+    return result(out) if user_out is None else user_out
 
 
 def _move_back(y: Arg, axis: int) -> Arg:
