@@ -45,7 +45,8 @@ from kdsl.ir.loop import (COMPARE, VECTOR_HINT, Assign, Barrier, Binary, Cast, C
                           map_operands)
 
 from . import index as ix
-from .prefetch import _assigned, _nodes, _subst
+from .prefetch import _assigned, _nodes, _subst, _vars
+from .prefetch import _stmt_exprs as _exprs
 
 #: the largest nest (statements, nested ones included) given an unmasked copy
 MAX_STMTS = 600
@@ -279,10 +280,6 @@ def _pure(e: Expr) -> bool:
                for x in _nodes(e))
 
 
-def _vars(e: Expr) -> Iterator[Var]:
-    return (x for x in _nodes(e) if isinstance(x, Var))
-
-
 def _walk(stmts: list[Stmt]) -> Iterator[Stmt]:
     for s in stmts:
         yield s
@@ -314,15 +311,6 @@ def _contiguous(ptr: Expr, loop: For, env: dict[str, Expr]) -> bool:
     masked scalar ones (matmul 64 x 128 x 32 tiles, 1024^3, one Zen 5 core)."""
     c = ix.coefficient(_subst(ptr, env), loop.var)
     return c is not None and c in (0, ptr.dtype.pointee.itemsize)
-
-
-def _exprs(s: Stmt) -> Iterator[Expr]:
-    for f in fields(s):
-        v = getattr(s, f.name)
-        if isinstance(v, Expr):
-            yield v
-        elif isinstance(v, list):
-            yield from (x for x in v if isinstance(x, Expr))
 
 
 _TRUE = Const(True, int1)
