@@ -40,6 +40,17 @@ def copy2d(x_ptr, y_ptr, N, BM: kd.constexpr, BN: kd.constexpr):
     kd.store(y_ptr + offs, kd.load(x_ptr + offs) * 2.0)
 
 
+def _fold_halves(parts: np.ndarray) -> np.ndarray:
+    """Per row, the partials folded as the CPU lowering does: partial j += partial j + w/2,
+    then j + w/4, ... (float32, element-wise)."""
+    parts = parts.copy()
+    w = parts.shape[1]
+    while w > 1:
+        w //= 2
+        parts[:, :w] = parts[:, :w] + parts[:, w:2 * w]
+    return parts[:, 0]
+
+
 def _masked_loop(ck) -> str:
     """The Loop IR text of a compiled kernel without its unmasked copies (mask versioning,
     kdsl/lowering/mask_version.py, which tests of its own cover): what the lowering wrote."""
@@ -214,14 +225,12 @@ def test_whole_row_sum_fused_into_its_element_loop():
         rms_rows[(3,)](x, y, 320, 1e-6, BLOCK=512, backend="llvm")
         xd = x.astype(np.float64)
         assert_close(y, xd / np.sqrt((xd * xd).mean(axis=1, keepdims=True) + 1e-6))
-        # bit-identical to summing 64 partials of x*x in float32 in the same order
+        # bit-identical to 64 partials of x*x in float32, folded in the same tree of halves
         sq = x * x
         parts = np.zeros((3, 64), np.float32)
         for rb in range(0, 512, 64):
             parts += np.pad(sq, ((0, 0), (0, 192)))[:, rb:rb + 64]
-        acc = np.zeros(3, np.float32)
-        for j in range(64):
-            acc += parts[:, j]
+        acc = _fold_halves(parts)
         rstd = np.float32(1) / np.sqrt(acc / np.float32(320) + np.float32(1e-6))
         assert np.array_equal(y, x * rstd[:, None])
 
@@ -437,7 +446,8 @@ def row_sums_64(x_ptr, y_ptr, R: kd.constexpr, C: kd.constexpr):
 
 def test_short_rows_sum_through_16_partials():
     """A float row sum of 32-127 elements on the CPU adds element c to partial c % 16, then
-    the 16 partials in order (a fixed order: the bits below are computed that way)."""
+    folds the 16 partials as a tree of halves (a fixed order: the bits below are computed that
+    way)."""
     x = np.random.default_rng(8).standard_normal((8, 64)).astype(np.float32)
     y = np.empty(8, np.float32)
     loop = row_sums_64.compile(x, y, R=8, C=64, backend="llvm").ir["loop"]
@@ -445,9 +455,7 @@ def test_short_rows_sum_through_16_partials():
     parts = np.zeros((8, 16), np.float32)
     for rb in range(0, 64, 16):
         parts = parts + x[:, rb:rb + 16]
-    want = np.zeros(8, np.float32)
-    for j in range(16):
-        want = want + parts[:, j]
+    want = _fold_halves(parts)
     for be in [b for b in ("llvm", "opencl") if b in kd.available_backends()]:
         row_sums_64[(1,)](x, y, R=8, C=64, backend=be)
         np.testing.assert_array_equal(y, want, err_msg=be)
