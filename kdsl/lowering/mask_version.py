@@ -168,7 +168,10 @@ def masked_path(kernel: Kernel) -> Kernel:
 
 def _loops(nest: For, counts: dict[str, int]) -> dict[str, tuple[Expr, Expr]] | None:
     """Loop variable name -> (first, last) value for every loop of the nest; None when a loop's
-    bounds change inside the nest or its step is not a positive constant."""
+    bounds change inside the nest or its step is not a positive constant.  A name several
+    loops of the nest share (the lowering reuses its element-loop variables: a 64-wide partial
+    loop, then the 1-wide last step of their fold) gets the smallest first and the largest
+    last of them, or None where those are not constants to compare."""
     out: dict[str, tuple[Expr, Expr]] = {}
     for s in _walk([nest]):
         if not isinstance(s, For):
@@ -187,7 +190,15 @@ def _loops(nest: For, counts: dict[str, int]) -> dict[str, tuple[Expr, Expr]] | 
             st = Const(step, s.var.dtype)
             last = Binary("add", s.lo, Binary("mul", Binary(
                 "div", Binary("sub", last, s.lo), st), st))
-        out[s.var.name] = (s.lo, last)
+        ends = (s.lo, _fold(last))
+        seen = out.get(s.var.name)
+        if seen is not None and seen != ends:
+            if not all(isinstance(e, Const) for e in seen + ends):
+                return None
+            t = s.var.dtype
+            ends = (Const(min(int(seen[0].value), int(ends[0].value)), t),
+                    Const(max(int(seen[1].value), int(ends[1].value)), t))
+        out[s.var.name] = ends
     return out
 
 

@@ -194,3 +194,29 @@ def test_unmasked_tile_loads_are_vector_loops():
     assert inner and all(L.loop_hint(s) == L.VECTOR_HINT for s in inner)
     if platform.machine().lower() in ("x86_64", "amd64"):
         assert "vgather" not in ck.ir["asm"]
+
+
+@kd.jit
+def block_sums(x_ptr, out_ptr, n, BLOCK: kd.constexpr):
+    total = 0.0
+    for i in range(0, n, BLOCK):
+        offs = i + kd.arange(0, BLOCK)
+        total += kd.sum(kd.load(x_ptr + offs, mask=offs < n, other=0.0))
+    kd.store(out_ptr + kd.program_id(0), total)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [1000, 1024, 1088, 127])
+def test_loop_variable_shared_by_loops_of_other_bounds(backend, n):
+    """The lowering reuses a loop variable (`j`) for a 64-wide partial loop and the 1-wide last
+    step of the partials' fold: the guard must take the widest bounds (it once took the last
+    loop's, proved `i + 64 < n` instead of `i + 127 < n` and read past a ragged row)."""
+    x = np.ones(n, np.float32)
+    out = np.zeros(1, np.float32)
+    ck = block_sums[(1,)](x, out, n, BLOCK=128, backend=backend)
+    assert out[0] == n
+    if backend == "llvm":
+        guards = [L.format_expr(s.cond) for s in _walk(ck.kernel.body) if isinstance(s, L.If)
+                  and s.then and isinstance(s.then[0], L.Comment)
+                  and s.then[0].text == MV.UNMASKED]
+        assert guards and all("+ 64:int32) < n" not in g for g in guards), guards
