@@ -278,6 +278,12 @@ def output(out: Any, like: Arg, shape: tuple[int, ...], dtype: str,
     return o
 
 
+def returned(out: Arg, given: Any) -> Any:
+    """What a library call returns: the caller's `out=` array itself when one was `given`,
+    else `result(out)`."""
+    return result(out) if given is None else given
+
+
 def zeros(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> Arg:
     """`empty`, filled with zeros (accumulation buffers)."""
     return _new(like, shape, dtype, name, zero=True)

@@ -27,7 +27,7 @@ from ._validate import (
     output,
     reshaped,
     resolve_backend,
-    result,
+    returned,
     row_layout,
 )
 
@@ -106,6 +106,14 @@ def _block(n: int, backend: str) -> int:
     return next_pow2(n) if n <= configs.FUSED_ROW_MAX else configs.row_loop_block(backend)
 
 
+def _launch(row_kernel: Any, loop_kernel: Any, n: int, rows: int, be: str, *args: Any,
+            **meta: Any) -> None:
+    """The whole-row kernel when the row fits one tile, else the one walking it in tiles."""
+    block = _block(n, be)
+    kern = row_kernel if n <= configs.FUSED_ROW_MAX else loop_kernel
+    kern[(rows,)](*args, BLOCK=block, backend=be, **configs.pick(configs.ROW, be, block), **meta)
+
+
 def _rows(x_in: Any, weight: Any, *more: tuple[str, Any]):
     x = as_arg("x", x_in, FLOATS, strided=True)
     if x.ndim == 0:
@@ -126,16 +134,12 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5,
     x, (w, b), n, rows = _rows(x, weight, ("bias", bias))
     eps = finite_float("eps", eps)
     be = resolve_backend(backend, x, w, b)
-    user_out, out = out, output(out, x, x.shape, x.dtype, (x, w, b))
+    y = output(out, x, x.shape, x.dtype, (x, w, b))
     if n and rows:
-        block = _block(n, be)
         xin, stride = row_layout(x)
-        kern = layer_norm_row_kernel if n <= configs.FUSED_ROW_MAX else layer_norm_kernel
-        kern[(rows,)](
-            xin.kernel_arg, w.kernel_arg, b.kernel_arg,
-            reshaped(out, (rows, n)).kernel_arg, n, stride, eps, BLOCK=block, backend=be,
-            **configs.pick(configs.ROW, be, block))
-    return result(out) if user_out is None else user_out
+        _launch(layer_norm_row_kernel, layer_norm_kernel, n, rows, be, xin.kernel_arg,
+                w.kernel_arg, b.kernel_arg, reshaped(y, (rows, n)).kernel_arg, n, stride, eps)
+    return returned(y, out)
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None,
@@ -145,13 +149,9 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None,
     x, (w,), n, rows = _rows(x, weight)
     eps = finite_float("eps", eps)
     be = resolve_backend(backend, x, w)
-    user_out, out = out, output(out, x, x.shape, x.dtype, (x, w))
+    y = output(out, x, x.shape, x.dtype, (x, w))
     if n and rows:
-        block = _block(n, be)
         xin, stride = row_layout(x)
-        kern = rms_norm_row_kernel if n <= configs.FUSED_ROW_MAX else rms_norm_kernel
-        kern[(rows,)](
-            xin.kernel_arg, w.kernel_arg,
-            reshaped(out, (rows, n)).kernel_arg, n, stride, eps, BLOCK=block, backend=be,
-            **configs.pick(configs.ROW, be, block))
-    return result(out) if user_out is None else user_out
+        _launch(rms_norm_row_kernel, rms_norm_kernel, n, rows, be, xin.kernel_arg,
+                w.kernel_arg, reshaped(y, (rows, n)).kernel_arg, n, stride, eps)
+    return returned(y, out)

@@ -36,6 +36,19 @@ from .matmul import grouped_tile
 
 
 @kd.jit
+def int4_row_pairs(w_ptr, s_ptr, js, rn, N, K, group_size: kd.constexpr):
+    """Byte rows `js` of the int4 weights at columns `rn`, read once: (low nibbles, high
+    nibbles, scales) as float32 tiles, the nibbles as q = u - 8 for rows k = 2j and 2j + 1,
+    which share one scale (an even group size)."""
+    ke = 2 * js
+    mask = (ke[:, None] < K) & (rn[None, :] < N)
+    byte = kd.load(w_ptr + js[:, None] * N + rn[None, :], mask=mask, other=0).to(kd.int32)
+    scale = kd.load(s_ptr + (ke // group_size)[:, None] * N + rn[None, :], mask=mask,
+                    other=0.0).to(kd.float32)
+    return ((byte & 15) - 8).to(kd.float32), ((byte >> 4) - 8).to(kd.float32), scale
+
+
+@kd.jit
 def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size: kd.constexpr,
                         BITS: kd.constexpr,
                         BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
@@ -57,13 +70,9 @@ def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size: kd.cons
             x_mask = (rm[:, None] < M) & (ke[None, :] < K)
             x_even = kd.load(x_ptr + rm[:, None] * K + ke[None, :], mask=x_mask, other=0.0)
             x_odd = kd.load(x_ptr + rm[:, None] * K + (ke + 1)[None, :], mask=x_mask, other=0.0)
-            w_mask = (ke[:, None] < K) & (rn[None, :] < N)
-            byte = kd.load(w_ptr + js[:, None] * N + rn[None, :], mask=w_mask,
-                           other=0).to(kd.int32)
-            scale = kd.load(s_ptr + (ke // group_size)[:, None] * N + rn[None, :], mask=w_mask,
-                            other=0.0).to(kd.float32)
-            w_even = (((byte & 15) - 8).to(kd.float32) * scale).to(x_even.dtype)
-            w_odd = (((byte >> 4) - 8).to(kd.float32) * scale).to(x_even.dtype)
+            lo, hi, scale = int4_row_pairs(w_ptr, s_ptr, js, rn, N, K, group_size)
+            w_even = (lo * scale).to(x_even.dtype)
+            w_odd = (hi * scale).to(x_even.dtype)
             acc = kd.dot(x_even, w_even, acc)
             acc = kd.dot(x_odd, w_odd, acc)
     else:
@@ -104,13 +113,7 @@ def quant_matvec_kernel(x_ptr, w_ptr, s_ptr, c_ptr, N, K, group_size: kd.constex
             ke = 2 * js
             xe = kd.load(x_ptr + ke, mask=ke < K, other=0.0).to(kd.float32)
             xo = kd.load(x_ptr + ke + 1, mask=ke < K, other=0.0).to(kd.float32)
-            w_mask = (ke[:, None] < K) & n_mask
-            byte = kd.load(w_ptr + js[:, None] * N + rn[None, :], mask=w_mask,
-                           other=0).to(kd.int32)
-            scale = kd.load(s_ptr + (ke // group_size)[:, None] * N + rn[None, :],
-                            mask=w_mask, other=0.0).to(kd.float32)
-            lo = ((byte & 15) - 8).to(kd.float32)
-            hi = ((byte >> 4) - 8).to(kd.float32)
+            lo, hi, scale = int4_row_pairs(w_ptr, s_ptr, js, rn, N, K, group_size)
             acc += kd.sum((xe[:, None] * lo + xo[:, None] * hi) * scale, axis=0)
     else:
         rk = widen(kd.arange(0, BLOCK_K), WIDE)

@@ -31,6 +31,7 @@ from ._validate import (
     reshaped,
     resolve_backend,
     result,
+    returned,
     row_layout,
     same_dtype,
 )
@@ -101,10 +102,10 @@ def softmax(x: Any, axis: int = -1, backend: str | None = None, out: Any = None)
         return result(_move_back(back, axis))
     n = a.shape[-1]
     rows = math.prod(a.shape[:-1])
-    user_out, out = out, output(out, a, a.shape, a.dtype, (a,))
+    y = output(out, a, a.shape, a.dtype, (a,))
     if n == 0 or rows == 0:
-        return result(out) if user_out is None else user_out
-    (xin, stride), yout = row_layout(a), reshaped(out, (rows, n))
+        return returned(y, out)
+    (xin, stride), yout = row_layout(a), reshaped(y, (rows, n))
     if n <= configs.FUSED_ROW_MAX:
         block = next_pow2(n)
         meta = configs.pick(configs.ROW, be, block)
@@ -115,7 +116,7 @@ def softmax(x: Any, axis: int = -1, backend: str | None = None, out: Any = None)
         meta = configs.pick(configs.ROW, be, block)
         softmax_online_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, stride, BLOCK=block,
                                        backend=be, **meta)
-    return result(out) if user_out is None else user_out
+    return returned(y, out)
 
 
 def _move_back(y: Arg, axis: int) -> Arg:

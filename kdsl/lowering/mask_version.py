@@ -45,7 +45,7 @@ from kdsl.ir.loop import (COMPARE, VECTOR_HINT, Assign, Barrier, Binary, Cast, C
                           map_operands)
 
 from . import index as ix
-from .prefetch import _assigned, _nodes, _subst, _vars
+from .prefetch import _assigned, _nodes, _subst, _unit_trips, _vars
 from .prefetch import _stmt_exprs as _exprs
 
 #: the largest nest (statements, nested ones included) given an unmasked copy
@@ -104,10 +104,8 @@ def _version(nest: For, lanes: int = 4) -> Stmt:
             strided = strided or any(not _contiguous(p, loop, env) for p in _masked_ptrs(s))
             if isinstance(s, Assign) and counts.get(s.var.name) == 1:
                 env[s.var.name] = _subst(s.value, env)
-            for f in fields(s):
-                v = getattr(s, f.name)
-                if isinstance(v, list) and v and isinstance(v[0], Stmt):
-                    visit(v, s if isinstance(s, For) else loop)
+            for _, v in _lists(s):
+                visit(v, s if isinstance(s, For) else loop)
 
     visit([nest], nest)
     if not proofs or strided:
@@ -129,22 +127,11 @@ def _hint(s: Stmt, lanes: int) -> Stmt:
     if not isinstance(s, (For, If, While)):
         return s
     if isinstance(s, For) and not any(isinstance(x, (For, While)) for x in _walk(s.body)):
-        trips = _trips(s)
-        if (trips >= lanes and loop_hint(s) is None
+        if (_unit_trips(s) >= lanes and loop_hint(s) is None
                 and any(_masked_access(x) for x in _walk(s.body))):
             return For(s.var, s.lo, s.hi, s.step, [Comment(VECTOR_HINT)] + s.body)
         return s
-    changes = {f.name: [_hint(x, lanes) for x in getattr(s, f.name)] for f in fields(s)
-               if isinstance(getattr(s, f.name), list) and getattr(s, f.name)
-               and isinstance(getattr(s, f.name)[0], Stmt)}
-    return replace(s, **changes)
-
-
-def _trips(s: For) -> int:
-    """Iterations of a loop with constant bounds (0 when they are not constants)."""
-    if not all(isinstance(e, Const) for e in (s.lo, s.hi, s.step)) or int(s.step.value) <= 0:
-        return 0
-    return max(0, -(-(int(s.hi.value) - int(s.lo.value)) // int(s.step.value)))
+    return replace(s, **{name: [_hint(x, lanes) for x in v] for name, v in _lists(s)})
 
 
 def masked_path(kernel: Kernel) -> Kernel:
@@ -157,9 +144,7 @@ def masked_path(kernel: Kernel) -> Kernel:
                     and s.then[0].text == UNMASKED:
                 out.extend(strip(s.orelse))
                 continue
-            changes = {f.name: strip(getattr(s, f.name)) for f in fields(s)
-                       if isinstance(getattr(s, f.name), list) and getattr(s, f.name)
-                       and isinstance(getattr(s, f.name)[0], Stmt)}
+            changes = {name: strip(v) for name, v in _lists(s)}
             out.append(replace(s, **changes) if changes else s)
         return out
 
@@ -291,13 +276,20 @@ def _pure(e: Expr) -> bool:
                for x in _nodes(e))
 
 
+def _lists(s: Stmt) -> Iterator[tuple[str, list[Stmt]]]:
+    """(field name, statements) of each non-empty statement list of `s` (a loop's body, an
+    if's branches, ...)."""
+    for f in fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, list) and v and isinstance(v[0], Stmt):
+            yield f.name, v
+
+
 def _walk(stmts: list[Stmt]) -> Iterator[Stmt]:
     for s in stmts:
         yield s
-        for f in fields(s):
-            v = getattr(s, f.name)
-            if isinstance(v, list) and v and isinstance(v[0], Stmt):
-                yield from _walk(v)
+        for _, v in _lists(s):
+            yield from _walk(v)
 
 
 def _masked_access(s: Stmt) -> bool:
@@ -342,13 +334,11 @@ def _rewrite(stmts: list[Stmt], proofs: dict[int, Expr]) -> list[Stmt]:
         return got
 
     def stmt(s: Stmt) -> Stmt:
-        changes = {}
+        changes = {name: [stmt(x) for x in v] for name, v in _lists(s)}
         for f in fields(s):
             v = getattr(s, f.name)
             if isinstance(v, Expr):
                 changes[f.name] = expr(v)
-            elif isinstance(v, list) and v and isinstance(v[0], Stmt):
-                changes[f.name] = [stmt(x) for x in v]
             elif isinstance(v, list) and v and isinstance(v[0], Expr):
                 changes[f.name] = [expr(x) for x in v]
         return replace(s, **changes)
