@@ -103,8 +103,8 @@ class CDialect:
     printf_int64: str = "ll"
     # Integer bit counts `clz`/`popc`: "clz32", "clz64", ... -> format with {x} and {T}
     int_math: Mapping[str, str] = field(default_factory=dict)
-    # the 32-bit shared-memory address of {p} (a pointer into a shared array), for
-    # `SharedRow`; empty: the dialect has no warp-collective matrix loads
+    # the 32-bit shared-memory address of shared array {p} (its first element), for
+    # `SharedRow` and `AsyncCopy`; empty: the dialect has no warp-collective matrix loads
     shared_address: str = ""
     # SIMD loops of one-thread kernels as vector types (backends/c_simd.py): float lanes per
     # vector (0: loops stay scalar), the vector type of {n} floats, a load from / store to
@@ -274,6 +274,7 @@ class CEmitter:
             loop.Comment: self._comment, loop.Intrinsic: self._intrinsic,
             loop.VecLoad: self._vec_load, loop.VecStore: self._vec_store,
             loop.AsyncCopy: self._async_copy, loop.AsyncWait: self._async_wait,
+            loop.AsyncCommit: self._async_commit,
             loop.Prefetch: self._prefetch, loop.Transpose: self._transpose,
         }
 
@@ -348,7 +349,23 @@ class CEmitter:
         return f"{name}[{i}]"
 
     def _shared_row(self, e: loop.SharedRow) -> str:
-        name, i = self.names('a', e.array.name), self.expr(e.index)
+        return self.shared_address(e.array, e.index)
+
+    def shared_address(self, a: loop.Array, index: loop.Expr) -> str:
+        """The 32-bit shared-memory address of `a[index]`.  An index `i + v * n` (a ring
+        slot's offset last, kdsl/lowering/async_ring.py) is the array's address plus the
+        slot's bytes plus i's, in unsigned 32-bit arithmetic (the shared window's): the
+        slot's part is then added once per iteration and the invariant rest stays in
+        registers.  Any other index is the address of the element (which ptxas hoists out
+        of loops best as it is)."""
+        b = index.b if isinstance(index, loop.Binary) and index.op == "add" else None
+        if (isinstance(b, loop.Binary) and b.op == "mul" and isinstance(b.a, loop.Var)
+                and isinstance(b.b, loop.Const)):
+            base = self.d.shared_address.format(p=self.names('a', a.name))
+            size = a.dtype.itemsize
+            return (f"(({base} + {size}u * (unsigned)({self.expr(b)})) + "
+                    f"{size}u * (unsigned)({self.expr(index.a)}))")
+        name, i = self.names('a', a.name), self.expr(index)
         return self.d.shared_address.format(p=f"(&{name}[{i}])")
 
     def _pair_bits(self, e: loop.PairBits) -> str:
@@ -684,7 +701,7 @@ class CEmitter:
 
     def _async_copy(self, s: loop.AsyncCopy, pad: str) -> list[str]:
         self.need("async_copy")
-        dst = f"(&{self.names('a', s.dst.name)}[{self.expr(s.index)}])"
+        dst = self.shared_address(s.dst, s.index)
         pred = self.expr(s.mask) if s.mask is not None else "true"
         return [f"{pad}kd_cp_async16({dst}, {self.expr(s.ptr)}, {pred});"]
 
@@ -731,7 +748,13 @@ class CEmitter:
 
     def _async_wait(self, s: loop.AsyncWait, pad: str) -> list[str]:
         self.need("async_copy")
+        if s.pending:
+            return [f"{pad}kd_cp_async_wait_pending<{s.pending}>();"]
         return [f"{pad}kd_cp_async_wait();"]
+
+    def _async_commit(self, s: loop.AsyncCommit, pad: str) -> list[str]:
+        self.need("async_copy")
+        return [f"{pad}kd_cp_async_commit();"]
 
     def _vec_store(self, s: loop.VecStore, pad: str) -> list[str]:
         vt, ptrs, per, per_lane = self._vector(s.ptr, s.src.size)

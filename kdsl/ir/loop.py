@@ -25,7 +25,7 @@ backend turns variables into allocas that mem2reg promotes):
     If(cond, then, orelse)        Barrier()                     Comment(text)
     Intrinsic(name, args, results)
     VecLoad(ptr, dst, mask)       VecStore(ptr, src, mask)
-    AsyncCopy(dst, index, ptr, n, mask)                         AsyncWait()
+    AsyncCopy(dst, index, ptr, n, mask)     AsyncCommit()       AsyncWait(pending)
     Prefetch(ptr)                 (a hint; no semantics)
     Transpose(dst, dst_at, dst_stride, src, src_at, src_stride, n)
 
@@ -409,6 +409,9 @@ SIMD_HINT = "simd"
 #: unrolled first (kdsl/lowering/mask_version.py's unmasked copies): the llvm backend gives it
 #: SIMD_HINT's loop properties; the C emitter treats it as any other element loop.
 VECTOR_HINT = "vector"
+#: PIPELINE_HINT: `"pipeline N"` on a loop whose cp.async copies may be spread over a ring of N
+#: stages (Triton's `num_stages`, kdsl/lowering/async_ring.py, which removes the hint).
+PIPELINE_HINT = "pipeline"
 
 
 def loop_hint(s: For) -> str | None:
@@ -467,8 +470,18 @@ class AsyncCopy(Stmt):
 
 
 @dataclass(eq=False)
+class AsyncCommit(Stmt):
+    """Close this thread's open `AsyncCopy`s into one group (CUDA `cp.async.commit_group`)."""
+
+
+@dataclass(eq=False)
 class AsyncWait(Stmt):
-    """Wait for this thread's `AsyncCopy`s (then a barrier publishes them to the others)."""
+    """Wait for this thread's `AsyncCopy`s (then a barrier publishes them to the others):
+    with `pending` 0 all of them, committed or not; otherwise all but the `pending` most
+    recently committed groups (CUDA `cp.async.wait_group`: the copies of a multi-stage ring
+    stay in flight while the oldest stage is read, kdsl/lowering/async_ring.py)."""
+
+    pending: int = 0
 
 
 @dataclass(eq=False)
@@ -668,8 +681,10 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
                 cond = f" if {format_expr(m)} else zeros" if m is not None else ""
                 out.append(f"{pad}{a.name}[{format_expr(i)}:+{n}] = async_copy("
                            f"{format_expr(p)}){cond}")
-            case AsyncWait():
-                out.append(f"{pad}async_wait()")
+            case AsyncCommit():
+                out.append(f"{pad}async_commit()")
+            case AsyncWait(pending=n):
+                out.append(f"{pad}async_wait({n})" if n else f"{pad}async_wait()")
             case Prefetch(ptr=p):
                 out.append(f"{pad}prefetch({format_expr(p)})")
             case Transpose(dst=d, dst_at=da, dst_stride=ds, src=a, src_at=sa, src_stride=ss,

@@ -24,6 +24,9 @@ run one after the other from barrier to barrier, so without this check a missing
 between a write and another thread's read goes unseen when the writer happens to run first;
 the check sees every interleaving of one interval.  Warp intrinsics take register operands and
 are not shared accesses (the rendezvous of their lanes is no barrier: it ends no interval).
+An `AsyncCopy` writes its destination at some moment between its issue and the `AsyncWait`
+that lands it: the check counts it as a write in every interval of that span (a copy into a
+ring slot another thread still reads is a race even when the wait comes later).
 """
 
 from __future__ import annotations
@@ -215,14 +218,21 @@ class _SharedAccesses:
 
 
 class _Thread:
-    __slots__ = ("pending", "regs", "tid", "vars")
+    __slots__ = ("groups", "pending", "regs", "tid", "vars")
 
     def __init__(self, tid: int):
         self.tid = tid
         self.vars: dict[str, Any] = {}
         self.regs: dict[str, np.ndarray] = {}
-        # `AsyncCopy`s issued and not yet waited for: (array, first index, values)
+        # `AsyncCopy`s issued and not yet waited for: (array, first index, values), those not
+        # yet committed in `pending`, each committed group (oldest first) in `groups`
         self.pending: list[tuple[L.Array, int, list]] = []
+        self.groups: list[list[tuple[L.Array, int, list]]] = []
+
+    def in_flight(self) -> Iterator[tuple[L.Array, int, list]]:
+        for g in self.groups:
+            yield from g
+        yield from self.pending
 
 
 class _Program:
@@ -232,6 +242,7 @@ class _Program:
         self.kernel = kernel
         # with one thread nothing can race (and the CPU lowering uses no barrier)
         self.races = _SharedAccesses(pid) if races and kernel.threads > 1 else None
+        self.threads: list[_Thread] = []
         self.pid = pid
         self.grid = grid
         self.buffers = buffers
@@ -373,7 +384,8 @@ class _Program:
                                 for j in range(n)]
                     else:
                         vals = [0] * n
-                    th.pending.append((a, idx, vals))  # lands at the next AsyncWait
+                    th.pending.append((a, idx, vals))  # lands at an AsyncWait
+                    self.copy_in_flight(a, idx, n, th)
                 case L.Prefetch():
                     pass  # a hint: no value, no memory access
                 case L.Transpose(dst=d, src=a, n=n):
@@ -388,14 +400,22 @@ class _Program:
                     block = np.array([src[r:r + n] for r in rows])
                     for j, c in enumerate(cols):
                         dst[c:c + n] = block[:, j]
-                case L.AsyncWait():
-                    for a, idx, vals in th.pending:
+                case L.AsyncCommit():
+                    th.groups.append(th.pending)
+                    th.pending = []
+                case L.AsyncWait(pending=keep):
+                    if keep:  # the `keep` newest groups stay in flight, uncommitted copies too
+                        n_land = max(0, len(th.groups) - keep)
+                        land, th.groups = th.groups[:n_land], th.groups[n_land:]
+                    else:
+                        land = th.groups + [th.pending]
+                        th.groups, th.pending = [], []
+                    for a, idx, vals in (c for g in land for c in g):
                         arr = self.array(a, th)
                         for j, v in enumerate(vals):
                             if self.races is not None:
                                 self.races.write(a.name, idx + j, th.tid)
                             arr[idx + j] = v
-                    th.pending.clear()
                 case L.Intrinsic(name=n, args=a, results=r):
                     sim = self.intrinsic(n)
                     vals = [self.ev(x, th) for x in a]
@@ -405,6 +425,13 @@ class _Program:
                         th.vars[v.name] = _typed(x, v.dtype)
                 case _:
                     raise TypeError(f"unknown statement {s!r}")
+
+    def copy_in_flight(self, a: L.Array, idx: int, n: int, th: _Thread) -> None:
+        """Count an issued `AsyncCopy` as a write of the current interval (see the module
+        docstring)."""
+        if self.races is not None:
+            for j in range(n):
+                self.races.write(a.name, idx + j, th.tid)
 
     def intrinsic(self, name: str) -> L.IntrinsicSim:
         sim = self.kernel.intrinsics.get(name)
@@ -419,10 +446,12 @@ class _Program:
         that same statement (their arguments in, each lane's results out)."""
         k = self.kernel
         threads = []
+        self.threads = []
         for t in range(k.threads):
             th = _Thread(t)
             th.vars.update(self.params)
             th.regs = {a.name: _new_array(a) for a in k.arrays if a.space == "reg"}
+            self.threads.append(th)
             threads.append(self.run(k.body, th))
         n = len(threads)
         width = min(n, k.warp_size)
@@ -455,6 +484,9 @@ class _Program:
                 barriers += 1
                 if self.races is not None:
                     self.races.next_interval()
+                    for th in self.threads:  # copies in flight may land in this interval
+                        for a, idx, vals in th.in_flight():
+                            self.copy_in_flight(a, idx, len(vals), th)
                 continue
             if any(x == "done" for x in state) and not any(isinstance(x, tuple) for x in state):
                 raise RuntimeError(f"barrier {barriers} not reached by every thread of "

@@ -383,6 +383,10 @@ class _Verifier:
             self.cond(s.mask, "an async copy's mask")
 
     def _async_wait(self, s: L.AsyncWait) -> None:
+        if not isinstance(s.pending, int) or s.pending < 0:
+            self.fail(f"async wait for {s.pending!r} pending groups (a count >= 0)")
+
+    def _async_commit(self, s: L.AsyncCommit) -> None:
         pass
 
     def _prefetch(self, s: L.Prefetch) -> None:
@@ -427,6 +431,7 @@ _STMT = {
     L.Intrinsic: _Verifier._intrinsic, L.VecLoad: _Verifier._vector,
     L.VecStore: _Verifier._vector,
     L.AsyncCopy: _Verifier._async_copy, L.AsyncWait: _Verifier._async_wait,
+    L.AsyncCommit: _Verifier._async_commit,
     L.Prefetch: _Verifier._prefetch, L.Transpose: _Verifier._transpose,
 }
 

@@ -17,8 +17,9 @@ written in `context.py` (`LoweringContext`, docs/ir.md "The lowering's interface
   analysis.py     aliases, users, operands read at any index
 
 then the Loop IR passes: `legalize.py` (decomposes the math a target lacks into ops it has),
-`hoist_barriers.py` (no barrier inside a conditional) and, on one-thread targets,
-`mask_version.py` (an unmasked copy of a loop nest whose bound tests a guard proves true).
+`hoist_barriers.py` (no barrier inside a conditional), on one-thread targets
+`mask_version.py` (an unmasked copy of a loop nest whose bound tests a guard proves true) and
+on targets with `cp_async` `async_ring.py` (a loop's copies in a ring of `num_stages` slots).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kdsl.ir import tile
-from kdsl.ir.loop import Assign, Cast, Expr, For, If, While
+from kdsl.ir.loop import PIPELINE_HINT, Assign, Cast, Comment, Expr, For, If, While
 
 from .dot_mma import enter_resident, leave_resident, resident_accumulators
 from .elementwise import register_type
@@ -54,6 +54,10 @@ def lower_for(L: LoweringContext, op: tile.Op) -> None:
     stages = L.fn.options.num_stages if stages is None else stages
     if "prefetch" in L.target.caps and stages >= 2:
         stmts = prefetch_next(stmts, iv, bound(step), carried, L.var)
+    if "cp_async" in L.target.caps and stages >= 2:
+        # its copies to shared memory in a ring of `stages` slots (async_ring.py, after the
+        # whole kernel is lowered: the rings must fit beside every other shared array)
+        stmts = [Comment(f"{PIPELINE_HINT} {stages}")] + stmts
     L.emit(For(iv, bound(lo), bound(hi), bound(step), stmts))
     for j, st in zip(kept, carried):
         L.bind_storage(op.results[j], st)

@@ -86,6 +86,7 @@ from kdsl.target import Target
 from . import fp8 as mem  # loads and stores (8-bit floats move as their codes)
 from . import index as ix
 from .analysis import ALIASES, addressed_operands, aliases, raw_pointer_loc, users
+from .async_ring import pipeline_copies
 from .caps import check_target
 from .context import CoordMap, Group
 from .control import lower_for, lower_if, lower_while
@@ -287,7 +288,8 @@ class Lowerer:
                 self.regs[v.id] = arr
                 g.body.append(ArrayStore(arr, g.k, self.cur[v.id]))
         self.cur.clear()
-        if not g.body:
+        if not g.body and not (g.vec is not None and (g.vec.pre or g.vec.post)):
+            # (a vector group whose loads all became `AsyncCopy`s has its work in `pre`)
             return
         body = g.body
         if g.n % self.T:
@@ -1025,6 +1027,8 @@ def lower(fn: tile.Function, target: Target) -> Kernel:
                     shared_bytes=L.shared_bytes, raw_pointers=raw_pointer_loc(fn),
                     warp_size=target.warp_size)
     kernel = hoist_barriers(legalize(kernel, target))
+    if target.has("cp_async"):
+        kernel = pipeline_copies(kernel, target.shared_bytes)
     if target.one_thread_per_program:
         kernel = version_masks(kernel, max(4, target.vector_bits // 32))
     kernel.intrinsics = {n: INTRINSIC_SIMULATIONS[n] for n in _intrinsics_used(kernel.body)}
