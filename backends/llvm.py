@@ -73,6 +73,7 @@ _LOOP_HINTS: dict[str, list[tuple]] = {
                   ("llvm.loop.vectorize.followup_vectorized", ("llvm.loop.unroll.full",))],
 }
 _LOOP_HINTS[L.VECTOR_HINT] = _LOOP_HINTS[L.SIMD_HINT]  # (an element loop: the same handling)
+_LOOP_HINTS[L.ROLLED_HINT] = [("llvm.loop.unroll.count", ir.Constant(ir.IntType(32), 4))]
 
 
 # Register arrays of a cache line or more start on a cache line: their vector loads and stores

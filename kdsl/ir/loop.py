@@ -409,6 +409,10 @@ SIMD_HINT = "simd"
 #: unrolled first (kdsl/lowering/mask_version.py's unmasked copies): the llvm backend gives it
 #: SIMD_HINT's loop properties; the C emitter treats it as any other element loop.
 VECTOR_HINT = "vector"
+#: ROLLED_HINT: a loop to keep as a loop, partly unrolled at most (kdsl/lowering/sparse_dot_cpu.py's
+#: k loop on a 16-register target: fully unrolled, each iteration's broadcast is invariant in
+#: the enclosing column-block loop, LLVM hoists all of them out of it and spills them).
+ROLLED_HINT = "rolled"
 #: PIPELINE_HINT: `"pipeline N"` on a loop whose cp.async copies may be spread over a ring of N
 #: stages (Triton's `num_stages`, kdsl/lowering/async_ring.py, which removes the hint).
 PIPELINE_HINT = "pipeline"

@@ -39,7 +39,8 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from kdsl.ir import tile
-from kdsl.ir.loop import Array, ArrayStore, Assign, Binary, Comment, Expr, Fma, For, Index, Stmt
+from kdsl.ir.loop import (ROLLED_HINT, Array, ArrayStore, Assign, Binary, Comment, Expr, Fma, For,
+                          Index, Stmt)
 from kdsl.ir.types import float32, int32, uint8, uint16
 
 from . import index as ix
@@ -161,7 +162,9 @@ def cpu_sparse_dot(L: LoweringContext, op: tile.Op,
     rows = For(i, ix.c32(0), ix.c32(MR), ix.c32(1),
                [Assign(x, widen(Index(A, L.at(a, [m, jj])[1]), t)),
                 Assign(r, ix.add(offset, n0)), fma])
-    kloop = For(jj, ix.c32(0), ix.c32(H), ix.c32(1), [rows])
+    # (16 registers: rolled, else LLVM hoists every kept value's broadcast and spills them)
+    kloop = For(jj, ix.c32(0), ix.c32(H), ix.c32(1),
+                ([Comment(ROLLED_HINT)] if L.target.vector_regs <= 16 else []) + [rows])
     L.emit(For(m0, ix.c32(0), ix.c32(M), ix.c32(MR),
                [For(n0, ix.c32(0), ix.c32(N), ix.c32(NR), [load, kloop, save])]))
     L.regs[op.result.id] = out

@@ -82,7 +82,14 @@ def test_sparse_dot_shapes(backend, rng, M, H, N):
     if (M, H, N) not in SHAPES[:2]:
         slow_on_opencl(backend, "one kernel variant per shape")
     v, e, b, c = _case(rng, M, H, N)
-    o = _run(backend, v, e, b, c)
+    try:
+        o = _run(backend, v, e, b, c)
+    except kd.CompilationError as err:
+        # a work-group target stages the operands in local memory, whose size is the
+        # device's (PoCL: its cache size); a refusal that says so is the right answer
+        if "bytes of shared memory, more than" not in str(err):
+            raise
+        pytest.skip(f"{backend}: {str(err).splitlines()[-1]}")
     np.testing.assert_allclose(o, _reference(v, e, b, c), rtol=1e-5, atol=1e-5 * np.sqrt(H))
 
 
