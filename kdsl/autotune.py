@@ -30,8 +30,8 @@ which returns the expected outputs as for `kd.testing.compare`) within
 1024 terms, then the output's rounding); one that disagrees is discarded, and `timings` says
 why (one that fails to compile or run too: `errors` keeps each full message, and all of them are
 shown when no config is left).  Timings (and verdicts) are cached on disk per (kernel identity,
-backend, device, key values) and per config, so a new config is timed alone and other processes
-reuse the rest: `$KDSL_CACHE_DIR/autotune/<hash>.json`.  `KDSL_AUTOTUNE=0` skips tuning (the
+backend, device, compiler build, key values) and per config, so a new config is timed alone and
+other processes reuse the rest: `$KDSL_CACHE_DIR/autotune/<hash>.json`.  `KDSL_AUTOTUNE=0` skips tuning (the
 first config).  A progress bar on stderr shows the tuning.
 """
 
@@ -301,10 +301,12 @@ class Autotuner:
 
     def _cache_path(self, backend: str, tkey: tuple) -> Path:
         from kdsl.backends import get_backend
-        from kdsl.runtime.cache import cache_dir
+        from kdsl.runtime.cache import cache_dir, compiler_fingerprint
         h = hashlib.sha256()
+        # (the compiler's own code too: the timings belong to the code that was timed, and a
+        # lowering change can reorder the configurations)
         for part in (_CACHE_VERSION, self.fn.identity(), backend, get_backend(backend).hash(),
-                     repr(tkey)):
+                     compiler_fingerprint(), repr(tkey)):
             h.update(part.encode())
             h.update(b"\0")
         return cache_dir() / "autotune" / f"{h.hexdigest()}.json"

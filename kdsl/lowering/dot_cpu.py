@@ -77,7 +77,8 @@ def blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
     per FMA (AVX-512, 128 x 128 x 128 tiles: 8 x 32 ran 1.15-1.17x faster than 4 x 64 at 1024^3
     on one Emerald Rapids core, within noise at 2048^3 on two).  Narrower shapes (NR < W, one
     partial vector) follow for small tiles.  AVX-512 (16 lanes, 32 zmm): 8 x 32 (16
-    accumulators, 19 registers); AVX2 (8 lanes, 16 ymm): 8 x 8 (8 accumulators, 10 registers);
+    accumulators, 19 registers); AVX2 (8 lanes, 16 ymm): 8 x 8 (8 accumulators, 10 registers:
+    `choose_block` prefers `tail_blocks`' 6 x 16 there);
     NEON (4 lanes, 32 registers): 8 x 8.
     """
     if vector_bits < 64 or vector_regs < 4:
@@ -88,6 +89,47 @@ def blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
     narrow = [(mr, nr) for nr in (8, 4, 2, 1) if nr < W for mr in (8, 4, 2, 1)
               if mr + 2 <= vector_regs]
     return tuple([(mr, v * W) for mr, v in wide] + narrow)
+
+
+#: the fewest accumulators that keep both FMA pipes of a core busy (latency 4-5 cycles x 2
+#: pipes, plus slack): a dividing shape with fewer gives way to a taller one with a row tail
+MIN_ACCUMULATORS = 12
+
+
+@lru_cache(maxsize=16)
+def tail_blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
+    """Shapes of 6 rows (most FMAs per k first), taken where no shape of `blocks` dividing the
+    tile reaches MIN_ACCUMULATORS: the rows left over (a power-of-two tile leaves 2 or 4) run
+    with a shape of `blocks` of the same width.  AVX2 (16 ymm): 6 x 16, 12 accumulators and 15
+    registers, where the power-of-two shapes stop at 8 (8 x 8 kept the pipes half idle on Zen 3,
+    benchmarks/RESULTS.md); AVX-512 and NEON keep their dividing shapes (16 accumulators)."""
+    if vector_bits < 64 or vector_regs < 4:
+        return ()
+    W = vector_bits // 32
+    v_max = [v for v in (4, 2, 1) if 6 * v + v + 1 <= vector_regs]
+    return tuple((6, v * W) for v in v_max)
+
+
+def choose_block(M: int, N: int, vector_bits: int, vector_regs: int
+                 ) -> tuple[int, int, int | None]:
+    """(MR, NR, tail MR or None) for an M x N output: the first shape of `blocks` that divides
+    it, unless it has fewer than MIN_ACCUMULATORS and a `tail_blocks` shape with more divides N
+    and leaves rows a dividing shape of that width finishes."""
+    W = max(1, vector_bits // 32)
+    shapes = blocks(vector_bits, vector_regs)
+    mr, nr = next((mr, nr) for mr, nr in shapes if M % mr == 0 and N % nr == 0)
+    if mr * nr // W >= MIN_ACCUMULATORS or M < 6:
+        return mr, nr, None
+    for tmr, tnr in tail_blocks(vector_bits, vector_regs):
+        if tmr * tnr // W <= mr * nr // W or N % tnr:
+            continue
+        rest = M % tmr
+        if rest == 0:
+            return tmr, tnr, None
+        tail = next((r for r, c in shapes if c == tnr and rest % r == 0), None)
+        if tail is not None:
+            return tmr, tnr, tail
+    return mr, nr, None
 
 
 # The first statement of the vector (NR) loop (kdsl/ir/loop.py, "Loop hints").
@@ -187,8 +229,7 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     N = b.shape[1]
     L.close()
     A, B = L.addressable(L.view(a)[0], L.view(b)[0])
-    shapes = blocks(L.target.vector_bits, L.target.vector_regs)
-    MR, NR = next((mr, nr) for mr, nr in shapes if M % mr == 0 and N % nr == 0)
+    MR, NR, tail = choose_block(M, N, L.target.vector_bits, L.target.vector_regs)
     m0, n0, kk = L.var("m0", int32), L.var("n0", int32), L.var("kk", int32)
     i, j = L.var("i", int32), L.var("j", int32)
     # An operand is read where the tile already lies when it can be: a's values are
@@ -205,6 +246,10 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     out = dot_output(L, op, t, M * N, fill=not zero)  # (before: an updated operand is packed)
     row = ix.add(m0, i)
     direct_a = _in_place(L, a, A, t, [row, kk], [m0, i, kk], None, out)
+    if direct_a is None and tail is not None:  # a's panels are MR rows wide: no tail
+        shapes = blocks(L.target.vector_bits, L.target.vector_regs)
+        MR, NR = next((mr, nr) for mr, nr in shapes if M % mr == 0 and N % nr == 0)
+        tail = None
     if direct_a is None:
         A = _pack_loops(L, "apack", A, t, MR, M, K, lambda m, k: L.at(a, [m, k])[1])
         direct_a = ix.add(ix.add(ix.mul(m0, K), ix.mul(kk, MR)), i)
@@ -217,22 +262,31 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     blk = L.array("blk", t, MR * NR)
     x = L.var("a", t)
 
-    def block_loops(body: list[Stmt]) -> Stmt:
-        # (the copies of blk are SIMD loops too: a backend that prints vector types for them,
-        # backends/c_simd.py, then holds blk in vector registers throughout)
-        return For(i, ix.c32(0), ix.c32(MR), ix.c32(1),
-                   [For(j, ix.c32(0), ix.c32(NR), ix.c32(1), [Comment(SIMD_HINT), *body])])
-
     o_at = ix.add(ix.mul(ix.add(m0, i), N), ix.add(n0, j))
     k_at = ix.add(ix.mul(i, NR), j)
-    load = block_loops([ArrayStore(blk, k_at, Const(0.0, t) if zero else Index(out, o_at))])
-    save = block_loops([ArrayStore(out, o_at, Index(blk, k_at))])
-    fma = For(j, ix.c32(0), ix.c32(NR), ix.c32(1),
-              [Comment(SIMD_HINT), ArrayStore(blk, k_at, Fma(x, Index(B, b_at), Index(blk, k_at)))])
-    rows = For(i, ix.c32(0), ix.c32(MR), ix.c32(1), [Assign(x, Index(A, a_at)), fma])
-    kloop = For(kk, ix.c32(0), ix.c32(K), ix.c32(1), [rows])
-    # m0 outside n0: an MR-row panel of a (MR * K floats) stays in L1 while the NR-column
-    # panels of b stream past it (n0 outside measured ~1.4x slower at 1024^3).
-    L.emit(For(m0, ix.c32(0), ix.c32(M), ix.c32(MR),
-               [For(n0, ix.c32(0), ix.c32(N), ix.c32(NR), [load, kloop, save])]))
+
+    def panel_rows(lo: int, hi: int, mr: int) -> Stmt:
+        """Rows lo..hi of the output in blocks of mr x NR."""
+        def block_loops(body: list[Stmt]) -> Stmt:
+            # (the copies of blk are SIMD loops too: a backend that prints vector types for
+            # them, backends/c_simd.py, then holds blk in vector registers throughout)
+            return For(i, ix.c32(0), ix.c32(mr), ix.c32(1),
+                       [For(j, ix.c32(0), ix.c32(NR), ix.c32(1), [Comment(SIMD_HINT), *body])])
+
+        load = block_loops([ArrayStore(blk, k_at, Const(0.0, t) if zero else Index(out, o_at))])
+        save = block_loops([ArrayStore(out, o_at, Index(blk, k_at))])
+        fma = For(j, ix.c32(0), ix.c32(NR), ix.c32(1),
+                  [Comment(SIMD_HINT),
+                   ArrayStore(blk, k_at, Fma(x, Index(B, b_at), Index(blk, k_at)))])
+        rows = For(i, ix.c32(0), ix.c32(mr), ix.c32(1), [Assign(x, Index(A, a_at)), fma])
+        kloop = For(kk, ix.c32(0), ix.c32(K), ix.c32(1), [rows])
+        # m0 outside n0: an mr-row panel of a (mr * K floats) stays in L1 while the NR-column
+        # panels of b stream past it (n0 outside measured ~1.4x slower at 1024^3).
+        return For(m0, ix.c32(lo), ix.c32(hi), ix.c32(mr),
+                   [For(n0, ix.c32(0), ix.c32(N), ix.c32(NR), [load, kloop, save])])
+
+    whole = M - M % MR if tail is not None else M
+    L.emit(panel_rows(0, whole, MR))
+    if tail is not None:  # the rows a 6-row block leaves, with a shorter block
+        L.emit(panel_rows(whole, M, tail))
     L.regs[op.result.id] = out

@@ -13,7 +13,7 @@ import pytest
 from kdsl.backends import llvm_host
 
 import kdsl as kd
-from kdsl.lowering.dot_cpu import BLOCKS, blocks
+from kdsl.lowering.dot_cpu import BLOCKS, MIN_ACCUMULATORS, blocks, choose_block
 
 X86 = "x86_64-unknown-linux-gnu"
 AVX2 = "+64bit,+sse2,+sse4.2,+avx,+avx2,+fma,+f16c,-avx512f,-avx512bw,-avx512vl"
@@ -101,6 +101,50 @@ def test_blocks_fit_the_register_file(bits, regs, first):
         v = -(-nr // W)  # vectors per row of the block
         assert mr * v + v + 1 <= regs, (mr, nr)
     assert shapes[-1] == (1, 1)  # every tile has a block
+
+
+@pytest.mark.parametrize("bits,regs,M,N,want", [
+    (256, 16, 128, 128, (6, 16, 2)),   # AVX2: 12 accumulators, the 2 rows left in 2 x 16
+    (256, 16, 64, 64, (6, 16, 4)),
+    (256, 16, 96, 64, (6, 16, None)),  # 6 divides: no tail
+    (256, 16, 8, 8, (8, 8, None)),     # too narrow for 6 x 16: the dividing shape
+    (512, 32, 128, 128, (8, 32, None)),  # AVX-512 and NEON reach 16 with dividing shapes
+    (128, 32, 128, 128, (8, 8, None)),
+])
+def test_choose_block_takes_a_row_tail_only_for_more_accumulators(bits, regs, M, N, want):
+    assert choose_block(M, N, bits, regs) == want
+    mr, nr, tail = want
+    assert mr * nr // (bits // 32) >= MIN_ACCUMULATORS or tail is None
+
+
+@kd.jit
+def _dense(a_ptr, b_ptr, c_ptr, M: kd.constexpr, N: kd.constexpr, K: kd.constexpr):
+    rm, rn, rk = kd.arange(0, M), kd.arange(0, N), kd.arange(0, K)
+    a = kd.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = kd.load(b_ptr + rk[:, None] * N + rn[None, :])
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], kd.dot(a, b))
+
+
+def test_row_tail_gives_the_same_bits(monkeypatch):
+    # 6-row blocks and a 4-row tail (an AVX2 register file) against the width-agnostic
+    # table: every output element sees the same FMAs in the same k order
+    rng = np.random.default_rng(3)
+    M, N, K = 64, 32, 40
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    outs = []
+    for prof in (llvm_host.SimdProfile(256, 16, 256, "avx2"),
+                 llvm_host.SimdProfile(0, 0, None, "llvm-default")):
+        monkeypatch.setattr(llvm_host, "profile", lambda p=prof: p)
+        c = np.zeros((M, N), np.float32)
+        fn = kd.jit(_dense.fn)  # a fresh compile
+        fn[(1,)](a, b, c, M=M, N=N, K=K, backend="llvm")
+        loop_ir = fn.compile(a, b, c, M=M, N=N, K=K, backend="llvm").ir["loop"]
+        outs.append((c, loop_ir))
+    (c6, ir6), (c0, _) = outs
+    assert "range(0:int32, 60:int32, 6:int32)" in ir6 and "range(60:int32, 64:int32, 4:int32)" in ir6
+    np.testing.assert_array_equal(c6, c0)
+    np.testing.assert_allclose(c6, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_width_agnostic_blocks_are_the_old_table():
