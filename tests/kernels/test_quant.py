@@ -50,6 +50,18 @@ def test_quant_matvec(backend, rng, dtype, bits, gs):
           dtype, k=K, k_out=2)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gs", [64, 128])
+def test_quant_matvec_blocks_within_a_group(backend, rng, dtype, gs):
+    # int4, M = 1, a group size that the K block divides: the nibbles' sums are scaled once
+    # per block and the offset of 8 taken off as one scalar (quant_matvec_kernel)
+    K, N = 3 * gs, 300
+    x = rand(rng, (1, K), dtype)
+    w, s = weights(rng, 4, K, N, gs)
+    check(quant_matmul(x, w, s, gs, 4, backend=backend), R.quant_matmul(x, w, s, gs, 4),
+          dtype, k=K, k_out=2)
+
+
 def test_fit_rows_cuts_block_m_to_the_problem():
     from kdsl.kernels.configs import fit_rows
 
