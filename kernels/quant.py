@@ -106,34 +106,29 @@ def quant_matvec_kernel(x_ptr, w_ptr, s_ptr, c_ptr, N, K, group_size: kd.constex
     rn = widen(kd.program_id(0) * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
     n_mask = rn[None, :] < N
     acc = kd.zeros((BLOCK_N,), dtype=kd.float32)
-    if BITS == 4 and group_size % BLOCK_K == 0:
-        # A block within one group has one scale per column: sum the unsigned nibbles'
-        # products first and scale once, (sum x u - 8 sum x) * s, the offset of 8 being a
-        # scalar per block (two multiplies and two subtractions less per byte; the sums'
-        # terms are at most twice as large, the float32 tolerance is unchanged)
+    if BITS == 4:
         rj = widen(kd.arange(0, BLOCK_K // 2), WIDE)
         for k0 in range(0, K, BLOCK_K):
             js = k0 // 2 + rj
             ke = 2 * js
             xe = kd.load(x_ptr + ke, mask=ke < K, other=0.0).to(kd.float32)
             xo = kd.load(x_ptr + ke + 1, mask=ke < K, other=0.0).to(kd.float32)
-            w_mask = (ke[:, None] < K) & n_mask
-            byte = kd.load(w_ptr + js[:, None] * N + rn[None, :], mask=w_mask,
-                           other=0).to(kd.int32)
-            lo, hi = (byte & 15).to(kd.float32), (byte >> 4).to(kd.float32)
-            part = kd.sum(xe[:, None] * lo + xo[:, None] * hi, axis=0)
-            scale = kd.load(s_ptr + (k0 // group_size) * N + rn, mask=rn < N,
-                            other=0.0).to(kd.float32)
-            acc += (part - 8.0 * kd.sum(xe + xo, axis=0)) * scale
-    elif BITS == 4:
-        rj = widen(kd.arange(0, BLOCK_K // 2), WIDE)
-        for k0 in range(0, K, BLOCK_K):
-            js = k0 // 2 + rj
-            ke = 2 * js
-            xe = kd.load(x_ptr + ke, mask=ke < K, other=0.0).to(kd.float32)
-            xo = kd.load(x_ptr + ke + 1, mask=ke < K, other=0.0).to(kd.float32)
-            lo, hi, scale = int4_row_pairs(w_ptr, s_ptr, js, rn, N, K, group_size)
-            acc += kd.sum((xe[:, None] * lo + xo[:, None] * hi) * scale, axis=0)
+            if group_size % BLOCK_K == 0:
+                # A block within one group has one scale per column: sum the unsigned
+                # nibbles' products first and scale once, (sum x u - 8 sum x) * s, the offset
+                # of 8 a scalar per block (two multiplies and two subtractions less per byte;
+                # the sums' terms at most twice as large, the float32 tolerance unchanged)
+                w_mask = (ke[:, None] < K) & n_mask
+                byte = kd.load(w_ptr + js[:, None] * N + rn[None, :], mask=w_mask,
+                               other=0).to(kd.int32)
+                lo, hi = (byte & 15).to(kd.float32), (byte >> 4).to(kd.float32)
+                part = kd.sum(xe[:, None] * lo + xo[:, None] * hi, axis=0)
+                scale = kd.load(s_ptr + (k0 // group_size) * N + rn, mask=rn < N,
+                                other=0.0).to(kd.float32)
+                acc += (part - 8.0 * kd.sum(xe + xo, axis=0)) * scale
+            else:
+                lo, hi, scale = int4_row_pairs(w_ptr, s_ptr, js, rn, N, K, group_size)
+                acc += kd.sum((xe[:, None] * lo + xo[:, None] * hi) * scale, axis=0)
     else:
         rk = widen(kd.arange(0, BLOCK_K), WIDE)
         for k0 in range(0, K, BLOCK_K):
