@@ -255,8 +255,6 @@ def _shape(loop: For, original: For, kernel_body: list[Stmt]) -> _Shape | None:
     issue_in = _exposed(pre + copies) - {("v", loop.var.name)}
     carried = issue_in & _writes(rest)
     update, compute = _split(rest, carried)
-    if update is None:
-        return None
     w_compute, w_update = _writes(compute), _writes(update)
     r_compute, r_update = _exposed(compute), _exposed(update)
     if (w_compute & (issue_in | r_update) or r_compute & (w_update | _writes(copies) - ring_names)
@@ -293,7 +291,7 @@ def _copy_targets(copies: list[Stmt]) -> list[Array] | None:
 
 
 def _split(rest: list[Stmt], carried: set[tuple[str, str]]
-           ) -> tuple[list[Stmt] | None, list[Stmt]]:
+           ) -> tuple[list[Stmt], list[Stmt]]:
     """(U, C) of R: U the top-level statements that write what the copies read across
     iterations (`carried`), with those writing what they read before them."""
     need = set(carried)
