@@ -43,12 +43,37 @@ def copy_gbs(repeat: int = 10, nbytes: int = 1 << 26, best: bool = False) -> flo
     return 2 * x.nbytes / ms / 1e6
 
 
+#: a process whose other threads use less CPU than this share of a probe interval is idle
+IDLE_SHARE = 0.05
+#: the probe interval and the longest wait of `settle`, seconds
+SETTLE_PROBE, SETTLE_MAX = 0.01, 2.0
+
+
+def settle(max_wait: float = SETTLE_MAX) -> float:
+    """Wait until this process's other threads stop using CPU (at most `max_wait` seconds);
+    returns the seconds waited.  A BLAS or OpenMP pool spins after each call: OpenBLAS's
+    workers for 2**28 cycles by default (0.1 s at 2.7 GHz, longer than a fixed pause of 50 ms),
+    GNU OpenMP's for a spin count.  A spinning worker shares its core with the next contender's
+    threads (a kdsl 1024^3 matmul on two threads measured 21 ms right after a NumPy call,
+    12 ms with OpenBLAS's spin cut to 2**4 cycles), so each timed call starts only once the
+    process's CPU time stops growing while the calling thread sleeps."""
+    t0 = time.perf_counter()
+    while True:
+        c0, w0 = time.process_time(), time.perf_counter()
+        time.sleep(SETTLE_PROBE)
+        busy = (time.process_time() - c0) / max(time.perf_counter() - w0, 1e-9)
+        waited = time.perf_counter() - t0
+        if busy < IDLE_SHARE or waited >= max_wait:
+            return waited
+
+
 def round_times(runs: dict[str, Callable[[], object]], rounds: int, pause: float = 0.0,
                 rotate: bool = True) -> dict[str, list[float]]:
     """Milliseconds of each run per round, after one warm-up call of each (compiles, page
     faults, thread pools): every round runs each contender once, the order rotating by one per
-    round (`rotate`), each call after `pause` seconds (BLAS and OpenMP pools spin for a while
-    after a call; the pause keeps that off the next timing)."""
+    round (`rotate`), each call after `pause` seconds and then once no other thread of the
+    process is still using CPU (`settle`: BLAS and OpenMP pools spin for a while after a call;
+    waiting keeps that off the next timing)."""
     names = list(runs)
     for n in names:
         runs[n]()
@@ -58,6 +83,7 @@ def round_times(runs: dict[str, Callable[[], object]], rounds: int, pause: float
         for n in names[k:] + names[:k]:
             if pause:
                 time.sleep(pause)
+                settle()
             t0 = time.perf_counter()
             runs[n]()
             times[n].append((time.perf_counter() - t0) * 1e3)

@@ -49,18 +49,27 @@ MATMUL: dict[str, list[Row]] = {
         (32 * 32, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1}),
         (256 * 256, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
                      "num_warps": 1}),
-        # 1024^2 and up: 128x128 with BLOCK_K 128.  With packed operands (lower_dot_cpu.py)
-        # it beat 64x128x128 and 128x256x64 at 1024^3 and 2048^3 (benchmarks/RESULTS.md,
-        # fifth round); the dot's arrays take ~320 KiB of the thread's stack.
-        (INF, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1}),
+        (512 * 512, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                     "num_warps": 1}),
+        # 1024^2 and up: 256x256 with BLOCK_K 64.  Each program copies its A and B tiles
+        # into registers every step, a copy bound by L1 misses (12-17% of a 128^3 step even
+        # with both matrices in L2); a tile used 256 times instead of 128 halves it.  On
+        # Emerald Rapids, two threads, interleaved: 1.2-1.4x faster than 128x128x128 at
+        # 1024^3, 1.18x at 2048^3, 1.14x at 4096^3 (benchmarks/RESULTS.md, 2026-12-03); the
+        # dot's arrays take ~400 KiB of the thread's stack.
+        (INF, {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1}),
     ],
     "tile": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
                     "num_warps": 1})],
 }
 
-# Same shapes for the fused gate/up kernel and the dequantising matmul (two B tiles / one
-# integer tile per step).
-MLP = MATMUL
+# The fused gate/up kernel (two B tiles and two accumulators per step) keeps 128x128x128 from
+# 1024^2 up: 256x256x64 gave it nothing (SwiGLU 512x2048x5504, Emerald Rapids, 2026-12-03).
+MLP: dict[str, list[Row]] = {
+    **MATMUL,
+    "cpu": MATMUL["cpu"][:2] + [
+        (INF, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1})],
+}
 QUANT: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
                        "num_warps": 4})],
@@ -206,6 +215,7 @@ MATMUL_SEARCH: dict[str, list[dict[str, Any]]] = {
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1},
         {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1},
+        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1},
     ],
     "tile": [],
 }
