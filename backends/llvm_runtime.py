@@ -123,8 +123,11 @@ def _count_workers() -> int:
 
 
 _WORKERS = _count_workers()  # once per process: reading /sys is far too slow per launch
-#: grids of fewer program ids than this run inline on the calling thread (`run_grid`)
-INLINE_GRID = 2 * _WORKERS if _WORKERS > 1 else 1 << 62
+#: grids of fewer program ids than this run inline on the calling thread (`run_grid`): one
+#: program, which no thread can share.  Two or more go through `GridRunner`'s measured cost:
+#: a grid of a few costly programs (a matvec cut into 2048-column strips, 0.9 ms each) ran
+#: single-threaded when every grid under 2 x workers stayed inline.
+INLINE_GRID = 2 if _WORKERS > 1 else 1 << 62
 #: a grid whose measured cost (`GridRunner`) is below this many seconds runs inline
 POOL_MIN_SECONDS = 50e-6
 #: ... if it has at most this many programs: the cost is measured per program on earlier
