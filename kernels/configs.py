@@ -63,12 +63,14 @@ MATMUL: dict[str, list[Row]] = {
                     "num_warps": 1})],
 }
 
-# The fused gate/up kernel (two B tiles and two accumulators per step) keeps 128x128x128 from
-# 1024^2 up: 256x256x64 gave it nothing (SwiGLU 512x2048x5504, Emerald Rapids, 2026-12-03).
+# The fused gate/up kernel (two B tiles and two accumulators per step): 256x128x64 above
+# 256^2 outputs.  SwiGLU 512x2048x5504, Emerald Rapids, two threads, interleaved with torch:
+# 145-153 ms against 155-170 for 128x128x128; 128x256x64 158-160, 256x256x64 177-181, 64x256x128
+# 174 (2026-12-03).  ~380 KiB of the thread's stack.
 MLP: dict[str, list[Row]] = {
     **MATMUL,
     "cpu": MATMUL["cpu"][:2] + [
-        (INF, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 1})],
+        (INF, {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1})],
 }
 QUANT: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,

@@ -19,6 +19,19 @@ def test_swiglu(backend, rng, dtype):
     check(y, R.mlp(x, wg, wu, wd), dtype, k=D + F, k_out=2)
 
 
+def test_largest_table_tiles(backend, rng):
+    """M x F past the table's last bound: the biggest gate/up tile (on the CPU backends 256 x
+    128 x 64, two accumulators), ragged in M, F and D."""
+    if backend == "interp":
+        pytest.skip("interp: covered by the small cases (NumPy per-op cost)")
+    M, D, F, O = 300, 70, 260, 33  # M * F > 256^2: the last row of configs.MLP
+    x = rand(rng, (M, D), "float32")
+    wg, wu = rand(rng, (D, F), "float32", scale=0.2), rand(rng, (D, F), "float32", scale=0.2)
+    wd = rand(rng, (F, O), "float32", scale=0.2)
+    check(mlp(x, wg, wu, wd, backend=backend), R.mlp(x, wg, wu, wd), "float32", k=D + F,
+          k_out=2)
+
+
 def test_bad_inputs():
     x = np.zeros((2, 4), np.float32)
     w = np.zeros((4, 6), np.float32)
