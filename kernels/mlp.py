@@ -60,12 +60,10 @@ def mlp(x: Any, w_gate: Any, w_up: Any, w_down: Any, backend: str | None = None)
     be = resolve_backend(backend, x_, wg, wu, wd)
     h = empty(x_, (M, F), x_.dtype, "h")
     if M and F:
-        meta = configs.pick(configs.MLP, be, M * F)
-        if configs.profiles(be)[0] == "cpu":
-            # fewer rows than the CPU row's 256: a tile of M's height, not masked rows computed
-            # and dropped (M = 128, F = 1024: 3.7 ms with 256 rows); GPU tiles are left as the
-            # table gives them (their mma shapes were not re-measured)
-            meta = configs.fit_rows(meta, M, be)
+        # fewer rows than the tile: a tile of M's height (not below the backend's floor), not
+        # masked rows computed and dropped (CPU, M = 128, F = 1024: 3.7 ms with 256 rows), as
+        # quant_matmul does
+        meta = configs.fit_rows(configs.pick(configs.MLP, be, M * F), M, be)
         grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(F, meta["BLOCK_N"]),)
         wide = {"WIDE": True} if wide_offsets(x_, wg, wu, h) else {}
         gate_up_kernel[grid](x_.kernel_arg, wg.kernel_arg, wu.kernel_arg, h.kernel_arg, M, F, K,
