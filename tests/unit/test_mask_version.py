@@ -196,6 +196,40 @@ def test_unmasked_tile_loads_are_vector_loops():
         assert "vgather" not in ck.ir["asm"]
 
 
+def test_equal_numel_tiles_of_other_shapes_load_in_nests_of_their_own():
+    """A [64, 32] and B [32, 64] tile loads (the same numel) are two nests on a one-thread
+    target, each with an unmasked copy and a prefetch of the next step: fused into one
+    element loop, B's coordinates came from A's loops by shifts and masks, and its copy stayed
+    masked and unprefetched."""
+    from kdsl.kernels.matmul import matmul_kernel
+    n = 128
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    out = np.empty((n, n), np.float32)
+    ck = matmul_kernel[(4, 1)](a, b, a, out, n, n, n, 0, 0, n, n, GROUP_M=8, HAS_BIAS=False,
+                               ACT=0, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=1,
+                               backend="llvm")
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    k_loop = next(s for s in ck.kernel.body if isinstance(s, L.For)
+                  and any(isinstance(x, L.Prefetch) for x in _walk(s.body)))
+    loads = [s for s in k_loop.body if isinstance(s, L.If)]  # one versioned nest per tile
+    assert len(loads) == 2
+    for nest in loads:
+        assert isinstance(nest.then[0], L.Comment) and nest.then[0].text == MV.UNMASKED
+        stores = [x for x in _walk(nest.then) if isinstance(x, L.ArrayStore)]
+        assert len(stores) == 1  # one tile's copy, not both
+    hints = [x for x in _walk(k_loop.body) if isinstance(x, L.Prefetch)]
+    bases = {name for x in hints for name in _var_names(x.ptr) if name.endswith("_ptr0")}
+    assert bases == {"a_ptr0", "b_ptr0"}, bases
+
+
+def _var_names(e):
+    if isinstance(e, L.Var):
+        return {e.name}
+    return {n for f in getattr(e, "__dataclass_fields__", ()) for x in [getattr(e, f)]
+            if isinstance(x, L.Expr) for n in _var_names(x)}
+
+
 @kd.jit
 def block_sums(x_ptr, out_ptr, n, BLOCK: kd.constexpr):
     total = 0.0
