@@ -22,10 +22,11 @@ for each NR-column panel, which the micro-kernel reads as contiguous streams.  R
 saves a copy of both tiles per dot (5-15% of a 128^3 step; the panels were always made
 before).  The j loop vectorises into NR / W vectors of W floats; the constant i
 and j loops are unrolled and `blk` becomes MR * NR / W vector registers (with AVX-512 and 8 x 32:
-16 accumulators, 2 loads of b and 8 broadcasts of a per 16 FMAs).  MR x NR is sized to the
-target's vector registers (`blocks`: the accumulators, the b vectors and the broadcast must fit,
-else LLVM spills accumulators inside the FMA loop).  Cache blocking across K is the kernel's own
-loop over BLOCK_K.
+16 accumulators, 2 loads of b and 8 broadcasts of a per 16 FMAs; 6 x 64 with a row tail, 24
+accumulators, 4 loads and 6 broadcasts per 24 FMAs, where the tile is 64 columns wide).
+MR x NR is sized to the target's vector registers (`blocks`: the accumulators, the b vectors
+and the broadcast must fit, else LLVM spills accumulators inside the FMA loop).  Cache
+blocking across K is the kernel's own loop over BLOCK_K.
 
 Each output element still sees the same fused multiply-adds in the same k order as the generic
 and row strategies (bitwise equal results).  Integer and 16-bit-accumulator dots use the row
@@ -77,9 +78,9 @@ def blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
     per FMA (AVX-512, 128 x 128 x 128 tiles: 8 x 32 ran 1.15-1.17x faster than 4 x 64 at 1024^3
     on one Emerald Rapids core, within noise at 2048^3 on two).  Narrower shapes (NR < W, one
     partial vector) follow for small tiles.  AVX-512 (16 lanes, 32 zmm): 8 x 32 (16
-    accumulators, 19 registers); AVX2 (8 lanes, 16 ymm): 8 x 8 (8 accumulators, 10 registers:
-    `choose_block` prefers `tail_blocks`' 6 x 16 there);
-    NEON (4 lanes, 32 registers): 8 x 8.
+    accumulators, 19 registers); AVX2 (8 lanes, 16 ymm): 8 x 8 (8 accumulators, 10
+    registers); NEON (4 lanes, 32 registers): 8 x 8.  `choose_block` prefers `tail_blocks`'
+    6-row shapes to all of them where the tile allows.
     """
     if vector_bits < 64 or vector_regs < 4:
         return BLOCKS
@@ -91,18 +92,16 @@ def blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
     return tuple([(mr, v * W) for mr, v in wide] + narrow)
 
 
-#: the fewest accumulators that keep both FMA pipes of a core busy (latency 4-5 cycles x 2
-#: pipes, plus slack): a dividing shape with fewer gives way to a taller one with a row tail
-MIN_ACCUMULATORS = 12
-
-
 @lru_cache(maxsize=16)
 def tail_blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ...]:
-    """Shapes of 6 rows (most FMAs per k first), taken where no shape of `blocks` dividing the
-    tile reaches MIN_ACCUMULATORS: the rows left over (a power-of-two tile leaves 2 or 4) run
-    with a shape of `blocks` of the same width.  AVX2 (16 ymm): 6 x 16, 12 accumulators and 15
-    registers, where the power-of-two shapes stop at 8 (8 x 8 kept the pipes half idle on Zen 3,
-    benchmarks/RESULTS.md); AVX-512 and NEON keep their dividing shapes (16 accumulators)."""
+    """Shapes of 6 rows (most FMAs per k first), which no power-of-two tile divides: the rows
+    left over (2 or 4) run with a shape of `blocks` of the same width.  Six rows of the widest
+    V that fits (6 V + V + 1 <= R) hold more accumulators than any dividing shape: AVX2 (16
+    ymm) 6 x 16, 12 accumulators in 15 registers, where the power-of-two shapes stop at 8
+    (8 x 8 kept the pipes half idle on Zen 3, benchmarks/RESULTS.md); AVX-512 (32 zmm) 6 x 64,
+    24 accumulators in 29 registers against 8 x 32's 16 (on one Emerald Rapids core, 256 x 256
+    x 64 tiles: 2048^3 141-146 -> 136-138 ms; 12 x 32, also 24 accumulators but 12 broadcasts
+    per k, 150-155); NEON 6 x 16."""
     if vector_bits < 64 or vector_regs < 4:
         return ()
     W = vector_bits // 32
@@ -113,12 +112,12 @@ def tail_blocks(vector_bits: int, vector_regs: int) -> tuple[tuple[int, int], ..
 def choose_block(M: int, N: int, vector_bits: int, vector_regs: int
                  ) -> tuple[int, int, int | None]:
     """(MR, NR, tail MR or None) for an M x N output: the first shape of `blocks` that divides
-    it, unless it has fewer than MIN_ACCUMULATORS and a `tail_blocks` shape with more divides N
-    and leaves rows a dividing shape of that width finishes."""
+    it, unless a `tail_blocks` shape with more accumulators divides N and leaves rows that a
+    dividing shape of its width finishes."""
     W = max(1, vector_bits // 32)
     shapes = blocks(vector_bits, vector_regs)
     mr, nr = next((mr, nr) for mr, nr in shapes if M % mr == 0 and N % nr == 0)
-    if mr * nr // W >= MIN_ACCUMULATORS or M < 6:
+    if M < 6:
         return mr, nr, None
     for tmr, tnr in tail_blocks(vector_bits, vector_regs):
         if tmr * tnr // W <= mr * nr // W or N % tnr:
@@ -159,7 +158,8 @@ def dot_output(L: LoweringContext, op: tile.Op, t, numel: int, fill: bool = True
     return out
 
 
-def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int, inner: int, at) -> Array:
+def _pack_loops(L: LoweringContext, hint: str, src: Expr, t, R: int, outer: int, inner: int,
+                at) -> Array:
     """A packed copy of an `outer x inner` operand (`inner` = K) in micro-panels of R rows:
     element (r, k) goes to `(r // R) * R * inner + k * R + r % R`, so that the micro-kernel
     reads each panel front to back.  `at(r, k)` is the element's index in `src`."""

@@ -13,7 +13,7 @@ import pytest
 from kdsl.backends import llvm_host
 
 import kdsl as kd
-from kdsl.lowering.dot_cpu import BLOCKS, MIN_ACCUMULATORS, blocks, choose_block
+from kdsl.lowering.dot_cpu import BLOCKS, blocks, choose_block
 
 X86 = "x86_64-unknown-linux-gnu"
 AVX2 = "+64bit,+sse2,+sse4.2,+avx,+avx2,+fma,+f16c,-avx512f,-avx512bw,-avx512vl"
@@ -108,13 +108,22 @@ def test_blocks_fit_the_register_file(bits, regs, first):
     (256, 16, 64, 64, (6, 16, 4)),
     (256, 16, 96, 64, (6, 16, None)),  # 6 divides: no tail
     (256, 16, 8, 8, (8, 8, None)),     # too narrow for 6 x 16: the dividing shape
-    (512, 32, 128, 128, (8, 32, None)),  # AVX-512 and NEON reach 16 with dividing shapes
-    (128, 32, 128, 128, (8, 8, None)),
+    (512, 32, 128, 128, (6, 64, 2)),   # AVX-512: 24 accumulators against 8 x 32's 16
+    (512, 32, 256, 64, (6, 64, 4)),
+    (512, 32, 128, 32, (8, 32, None)),  # 6 x 32 would hold 12: the dividing 8 x 32
+    (512, 32, 4, 64, (4, 64, None)),   # under 6 rows
+    (128, 32, 128, 128, (6, 16, 2)),   # NEON: 24 against 8 x 8's 16
 ])
 def test_choose_block_takes_a_row_tail_only_for_more_accumulators(bits, regs, M, N, want):
     assert choose_block(M, N, bits, regs) == want
     mr, nr, tail = want
-    assert mr * nr // (bits // 32) >= MIN_ACCUMULATORS or tail is None
+    W = bits // 32
+    first = next((r, c) for r, c in blocks(bits, regs) if M % r == 0 and N % c == 0)
+    if tail is not None or (mr, nr) != first:
+        assert mr * nr > first[0] * first[1]  # more accumulators than the dividing shape
+        assert mr * (nr // W) + nr // W + 1 <= regs  # and still no spill
+    if tail is not None:
+        assert (M % mr) % tail == 0 and (tail, nr) in blocks(bits, regs)
 
 
 @kd.jit
