@@ -51,13 +51,18 @@ MATMUL: dict[str, list[Row]] = {
                      "num_warps": 1}),
         (512 * 512, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
                      "num_warps": 1}),
-        # 1024^2 and up: 256x256 with BLOCK_K 64.  Each program copies its A and B tiles
-        # into registers every step, a copy bound by L1 misses (12-17% of a 128^3 step even
-        # with both matrices in L2); a tile used 256 times instead of 128 halves it.  On
-        # Emerald Rapids, two threads, interleaved: 1.2-1.4x faster than 128x128x128 at
-        # 1024^3, 1.18x at 2048^3, 1.14x at 4096^3 (benchmarks/RESULTS.md, 2026-12-03); the
-        # dot's arrays take ~400 KiB of the thread's stack.
-        (INF, {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1}),
+        # 1024^2: 256x256 with BLOCK_K 64.  Each program copies its A and B tiles into
+        # registers every step, a copy bound by L1 misses (12-17% of a 128^3 step even with
+        # both matrices in L2); a tile used 256 times instead of 128 halves it.  On Emerald
+        # Rapids, two threads, interleaved: 1.2-1.4x faster than 128x128x128 at 1024^3,
+        # 1.18x at 2048^3, 1.14x at 4096^3 (benchmarks/RESULTS.md, 2026-12-03); the dot's
+        # arrays take ~400 KiB of the thread's stack.
+        (1024 * 1024, {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+                       "num_warps": 1}),
+        # Above: 256x512, B's copy used by 256 rows and A's by 512 (two threads: 4096^3
+        # 588-618 -> 554-561 ms, 2048^3 71 -> 69-71; 1024^3 17.1-17.7 -> 18.4-18.6, hence
+        # the row above); ~700 KiB of stack.
+        (INF, {"BLOCK_M": 256, "BLOCK_N": 512, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1}),
     ],
     "tile": [(INF, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
                     "num_warps": 1})],
