@@ -134,9 +134,9 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
         # table's (per backend, device and (M, N, K); cached on disk; KDSL_AUTOTUNE=0 skips it)
         def grid(meta):
             return (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]), batch)
-        _tuner(backend, M * N)[grid](*args, backend=backend, **flags)
+        _tuner(backend, M * N, M)[grid](*args, backend=backend, **flags)
         return out
-    meta = configs.pick(configs.MATMUL, backend, M * N)
+    meta = configs.fit_rows(configs.pick(configs.MATMUL, backend, M * N), M, backend)
     grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]), batch)
     matmul_kernel[grid](*args, backend=backend, **flags, **meta)
     return out
@@ -145,14 +145,20 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
 _TUNERS: dict[tuple[str, int], Any] = {}
 
 
-def _tuner(backend: str, size: int) -> Any:
+def _tuner(backend: str, size: int, M: int) -> Any:
     """The autotuned matmul kernel for `backend`, its candidates ordered for this size class
-    (the table row covering `size` first: the reference the other candidates must match)."""
-    first = configs.pick(configs.MATMUL, backend, size)
-    key = (backend, tuple(sorted(first.items())))
+    (the table row covering `size` first: the reference the other candidates must match),
+    each with BLOCK_M cut to M's power of two (`configs.fit_rows`; duplicates dropped)."""
+    first = configs.fit_rows(configs.pick(configs.MATMUL, backend, size), M, backend)
+    key = (backend, tuple(sorted(first.items())), configs.fit_rows({"BLOCK_M": 1 << 30}, M,
+                                                                   backend)["BLOCK_M"])
     tuner = _TUNERS.get(key)
     if tuner is None:
-        space = configs.search_space(configs.MATMUL, configs.MATMUL_SEARCH, backend, size)
+        space: list[dict[str, Any]] = []
+        for m in configs.search_space(configs.MATMUL, configs.MATMUL_SEARCH, backend, size):
+            m = configs.fit_rows(m, M, backend)
+            if m not in space:
+                space.append(m)
         cands = [kd.Config({k: v for k, v in m.items() if k != "num_warps"},
                            num_warps=m.get("num_warps", 4)) for m in space]
         tuner = _TUNERS[key] = kd.autotune(configs=cands, key=["M", "N", "K"])(matmul_kernel)

@@ -43,6 +43,37 @@ def test_largest_table_tiles(backend, rng):
     assert_close(matmul(a, b, backend=backend), R.matmul(a, b), k=K)
 
 
+def test_few_rows_get_a_tile_of_their_height(backend, rng, monkeypatch):
+    """M = 3 against an output wide enough for the tables' tall tiles: BLOCK_M is cut to 4
+    (configs.fit_rows; 16 on GPU dots), in the table's pick and in every autotuner candidate,
+    instead of 64-256 rows of which all but 3 are masked."""
+    import importlib
+
+    from kdsl.kernels import configs
+    mm = importlib.import_module("kdsl.kernels.matmul")
+    M, K, N = 3, 40, 1030
+    rows = configs.fit_rows({"BLOCK_M": 1 << 20}, M, backend)["BLOCK_M"]
+    tuner = mm._tuner(backend, 1024 * 1024 * 4, M)  # the largest tiles' size class
+    assert all(c.kwargs["BLOCK_M"] <= rows for c in tuner.configs)
+    assert len(set(tuner.configs)) == len(tuner.configs)
+    launched = []
+    real = mm.matmul_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                launched.append((grid, kw["BLOCK_M"]))
+                return real[grid](*args, **kw)
+            return run
+
+    monkeypatch.setattr(mm, "matmul_kernel", Spy())
+    monkeypatch.setenv("KDSL_AUTOTUNE", "0")
+    a, b = rand(rng, (M, K), "float32"), rand(rng, (K, N), "float32")
+    assert_close(matmul(a, b, backend=backend), R.matmul(a, b), k=K)
+    want = min(rows, configs.pick(configs.MATMUL, backend, M * N)["BLOCK_M"])
+    assert launched and all(bm == want for _, bm in launched), launched
+
+
 def test_batched(backend, rng):
     a, b = rand(rng, (3, 10, 12), "float32"), rand(rng, (3, 12, 9), "float32")
     assert_close(matmul(a, b, backend=backend), R.matmul(a, b), k=12)
