@@ -173,19 +173,26 @@ def test_no_version_without_masked_access_or_proof():
     assert isinstance(s, L.For)
 
 
+def _library_matmul(n: int, bm: int, bn: int, bk: int):
+    """The library's matmul kernel on n x n float32 on llvm, checked; returns the compiled
+    kernel (its Loop IR and assembly)."""
+    from kdsl.kernels.matmul import matmul_kernel
+    rng = np.random.default_rng(n)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    out = np.empty((n, n), np.float32)
+    grid = ((n // bm) * (n // bn), 1)
+    ck = matmul_kernel[grid](a, b, a, out, n, n, n, 0, 0, n, n, GROUP_M=8, HAS_BIAS=False,
+                             ACT=0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=1,
+                             backend="llvm")
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    return ck
+
+
 def test_unmasked_tile_loads_are_vector_loops():
     """The unmasked copy of a tile load is marked as a vector loop: fully unrolled first, LLVM's
     SLP vectoriser had built gathers from its loads (int32 indices that may wrap)."""
     import platform
-    from kdsl.kernels.matmul import matmul_kernel
-    n = 256
-    rng = np.random.default_rng(2)
-    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-    out = np.empty((n, n), np.float32)
-    ck = matmul_kernel[(8, 1)](a, b, a, out, n, n, n, 0, 0, n, n, GROUP_M=8, HAS_BIAS=False,
-                               ACT=0, BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=1,
-                               backend="llvm")
-    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    ck = _library_matmul(256, 64, 128, 32)
     fast = [s.then for s in _walk(ck.kernel.body)
             if isinstance(s, L.If) and s.then and isinstance(s.then[0], L.Comment)
             and s.then[0].text == MV.UNMASKED]
@@ -201,15 +208,7 @@ def test_equal_numel_tiles_of_other_shapes_load_in_nests_of_their_own():
     target, each with an unmasked copy and a prefetch of the next step: fused into one
     element loop, B's coordinates came from A's loops by shifts and masks, and its copy stayed
     masked and unprefetched."""
-    from kdsl.kernels.matmul import matmul_kernel
-    n = 128
-    rng = np.random.default_rng(4)
-    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-    out = np.empty((n, n), np.float32)
-    ck = matmul_kernel[(4, 1)](a, b, a, out, n, n, n, 0, 0, n, n, GROUP_M=8, HAS_BIAS=False,
-                               ACT=0, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=1,
-                               backend="llvm")
-    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    ck = _library_matmul(128, 64, 64, 32)
     k_loop = next(s for s in ck.kernel.body if isinstance(s, L.For)
                   and any(isinstance(x, L.Prefetch) for x in _walk(s.body)))
     loads = [s for s in k_loop.body if isinstance(s, L.If)]  # one versioned nest per tile
