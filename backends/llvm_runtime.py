@@ -145,10 +145,59 @@ def _pool() -> ThreadPoolExecutor:
     """The process's worker pool (recreated after a fork, whose child has no threads)."""
     with _POOL_LOCK:
         if _POOL.get("pid") != os.getpid():
+            _POOL["tids"] = []  # native thread ids of the workers (`_register_worker`)
+            _POOL["steered"] = (-1, 0)  # (caller's CPU, workers) of the last `_steer`
             _POOL["pool"] = ThreadPoolExecutor(max_workers=workers(),
-                                               thread_name_prefix="kdsl-llvm")
+                                               thread_name_prefix="kdsl-llvm",
+                                               initializer=_register_worker)
             _POOL["pid"] = os.getpid()
         return _POOL["pool"]
+
+
+def _register_worker() -> None:
+    _POOL["tids"].append(threading.get_native_id())  # (list.append is atomic)
+
+
+def _current_cpu() -> Any:
+    """`sched_getcpu` of the C library (a vDSO read), or None where there is none."""
+    try:
+        fn = ctypes.CDLL(None).sched_getcpu
+    except (AttributeError, OSError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = []
+    return fn
+
+
+_CPU = _current_cpu()
+try:
+    _ALLOWED = frozenset(os.sched_getaffinity(0))
+except (AttributeError, OSError):  # not Linux: no steering
+    _ALLOWED = frozenset()
+
+
+def _steer() -> None:
+    """Keep the workers off the calling thread's CPU (Linux; only when that CPU changed or a
+    worker was added since the last launch: one `sched_getcpu` per launch otherwise).
+
+    A worker woken by the caller is placed by the scheduler, and on a virtual machine an idle
+    vCPU that has been halted for a while looks preempted, so the scheduler puts the worker on
+    the caller's own CPU instead: the two share one core for milliseconds until the balancer
+    moves one of them (a 1024^3 matmul on two vCPUs took 15.6 ms after a 0.3 s pause, 8.6 ms
+    back to back).  A worker whose affinity excludes the caller's CPU runs on another one."""
+    if _CPU is None or len(_ALLOWED) < 2:
+        return
+    cpu = _CPU()
+    tids = _POOL["tids"]
+    if (cpu, len(tids)) == _POOL["steered"] or cpu not in _ALLOWED:
+        return
+    _POOL["steered"] = (cpu, len(tids))
+    others = _ALLOWED - {cpu}
+    for tid in list(tids):
+        try:
+            os.sched_setaffinity(tid, others)
+        except OSError:  # the thread has exited, or the process's CPUs changed
+            pass
 
 
 _LIMIT = 1 << 31
@@ -179,6 +228,7 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> float | None
     chunks = min(total, n * _CHUNKS_PER_WORKER)
     launch = _Launch(fn, packed, [total * i // chunks for i in range(chunks + 1)], (g0, g1, g2))
     pool = _pool()
+    _steer()
     futures = [pool.submit(launch.work) for _ in range(n - 1)]
     error: BaseException | None = None
     try:
