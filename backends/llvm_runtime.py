@@ -176,6 +176,12 @@ except (AttributeError, OSError):  # not Linux: no steering
     _ALLOWED = frozenset()
 
 
+#: the most CPUs `_steer` manages: each change of the caller's CPU costs one
+#: `sched_setaffinity` per worker (~2 us), and on a large machine the scheduler finds an idle
+#: CPU by itself more often than it pays there
+STEER_MAX_CPUS = 16
+
+
 def _steer() -> None:
     """Keep the workers off the calling thread's CPU (Linux; only when that CPU changed or a
     worker was added since the last launch: one `sched_getcpu` per launch otherwise).
@@ -185,7 +191,7 @@ def _steer() -> None:
     the caller's own CPU instead: the two share one core for milliseconds until the balancer
     moves one of them (a 1024^3 matmul on two vCPUs took 15.6 ms after a 0.3 s pause, 8.6 ms
     back to back).  A worker whose affinity excludes the caller's CPU runs on another one."""
-    if _CPU is None or len(_ALLOWED) < 2:
+    if _CPU is None or not 2 <= len(_ALLOWED) <= STEER_MAX_CPUS:
         return
     cpu = _CPU()
     tids = _POOL["tids"]
