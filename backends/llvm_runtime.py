@@ -162,7 +162,7 @@ def _current_cpu() -> Any:
     """`sched_getcpu` of the C library (a vDSO read), or None where there is none."""
     try:
         fn = ctypes.CDLL(None).sched_getcpu
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):  # (no such symbol; no C library by name)
         return None
     fn.restype = ctypes.c_int
     fn.argtypes = []
