@@ -195,12 +195,17 @@ def candidates(table: dict[str, list[Row]], backend: str) -> list[dict[str, Any]
 MIN_BLOCK_M: dict[str, int] = {"default": 16, "cpu": 1, "tile": 1}
 
 
-def fit_rows(meta: dict[str, Any], M: int, backend: str) -> dict[str, Any]:
-    """`meta` with BLOCK_M cut to the smallest power of two >= M (not below the backend's
-    MIN_BLOCK_M): a problem of few rows, such as decoding with M = 1, gets a tile of its height
-    instead of 16-64 masked rows."""
+def row_height(M: int, backend: str) -> int:
+    """The tallest BLOCK_M a problem of M rows needs: the smallest power of two >= M, not below
+    the backend's MIN_BLOCK_M."""
     floor = next(MIN_BLOCK_M[k] for k in profiles(backend) if k in MIN_BLOCK_M)
-    rows = max(floor, 1 << max(M - 1, 0).bit_length())
+    return max(floor, 1 << max(M - 1, 0).bit_length())
+
+
+def fit_rows(meta: dict[str, Any], M: int, backend: str) -> dict[str, Any]:
+    """`meta` with BLOCK_M cut to `row_height(M)`: a problem of few rows, such as decoding
+    with M = 1, gets a tile of its height instead of 16-64 masked rows."""
+    rows = row_height(M, backend)
     if "BLOCK_M" in meta and rows < meta["BLOCK_M"]:
         meta = {**meta, "BLOCK_M": rows}
     return meta
@@ -232,11 +237,14 @@ MATMUL_SEARCH: dict[str, list[dict[str, Any]]] = {
 
 
 def search_space(table: dict[str, list[Row]], search: dict[str, list[dict[str, Any]]],
-                 backend: str, size: int) -> list[dict[str, Any]]:
+                 backend: str, size: int, M: int | None = None) -> list[dict[str, Any]]:
     """The autotuner's candidates for a problem of `size`: the table's pick first (it is the
-    reference the others must agree with), then the other rows and the extra candidates."""
-    out = [pick(table, backend, size)]
+    reference the others must agree with), then the other rows and the extra candidates;
+    with `M`, each cut to M's height (`fit_rows`), duplicates dropped."""
+    fit = (lambda m: m) if M is None else (lambda m: fit_rows(m, M, backend))
+    out = [fit(pick(table, backend, size))]
     for meta in candidates(table, backend) + [dict(m) for m in _row(search, backend)]:
+        meta = fit(meta)
         if meta not in out:
             out.append(meta)
     return out

@@ -142,23 +142,18 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
     return out
 
 
-_TUNERS: dict[tuple[str, int], Any] = {}
+_TUNERS: dict[tuple[Any, ...], Any] = {}  # (backend, first config, row height)
 
 
 def _tuner(backend: str, size: int, M: int) -> Any:
     """The autotuned matmul kernel for `backend`, its candidates ordered for this size class
     (the table row covering `size` first: the reference the other candidates must match),
-    each with BLOCK_M cut to M's power of two (`configs.fit_rows`; duplicates dropped)."""
+    each with BLOCK_M cut to M's height (`configs.search_space` with M)."""
     first = configs.fit_rows(configs.pick(configs.MATMUL, backend, size), M, backend)
-    key = (backend, tuple(sorted(first.items())), configs.fit_rows({"BLOCK_M": 1 << 30}, M,
-                                                                   backend)["BLOCK_M"])
+    key = (backend, tuple(sorted(first.items())), configs.row_height(M, backend))
     tuner = _TUNERS.get(key)
     if tuner is None:
-        space: list[dict[str, Any]] = []
-        for m in configs.search_space(configs.MATMUL, configs.MATMUL_SEARCH, backend, size):
-            m = configs.fit_rows(m, M, backend)
-            if m not in space:
-                space.append(m)
+        space = configs.search_space(configs.MATMUL, configs.MATMUL_SEARCH, backend, size, M)
         cands = [kd.Config({k: v for k, v in m.items() if k != "num_warps"},
                            num_warps=m.get("num_warps", 4)) for m in space]
         tuner = _TUNERS[key] = kd.autotune(configs=cands, key=["M", "N", "K"])(matmul_kernel)

@@ -52,7 +52,7 @@ def test_few_rows_get_a_tile_of_their_height(backend, rng, monkeypatch):
     from kdsl.kernels import configs
     mm = importlib.import_module("kdsl.kernels.matmul")
     M, K, N = 3, 40, 1030
-    rows = configs.fit_rows({"BLOCK_M": 1 << 20}, M, backend)["BLOCK_M"]
+    rows = configs.row_height(M, backend)
     tuner = mm._tuner(backend, 1024 * 1024 * 4, M)  # the largest tiles' size class
     assert all(c.kwargs["BLOCK_M"] <= rows for c in tuner.configs)
     assert len(set(tuner.configs)) == len(tuner.configs)
