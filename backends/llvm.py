@@ -639,9 +639,10 @@ def generate_module(kernel: L.Kernel) -> ir.Module:
         raise ValueError("llvm backend: kernels must be lowered for one thread per program")
     module = ir.Module(name=kernel.name)
     module.triple = _llvm().get_process_triple()
-    body = _FnEmitter(kernel, module, MathLib(module)).emit()
+    simd = llvm_host.profile()
+    body = _FnEmitter(kernel, module, MathLib(module, simd.scalef)).emit()
     _emit_launch(kernel, module, _emit_grid(kernel, module, body))
-    llvm_host.apply(module, llvm_host.profile())  # prefer-vector-width (llvm_host.py)
+    llvm_host.apply(module, simd)  # prefer-vector-width (llvm_host.py)
     return module
 
 

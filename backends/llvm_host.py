@@ -47,12 +47,16 @@ class SimdProfile:
     """vector_bits: the width code is tuned for (float32 lanes = vector_bits // 32; 0: not
     chosen, the lowering's width-agnostic defaults); vector_regs: architectural vector
     registers (0: unknown); prefer: the `prefer-vector-width` given to LLVM (None: LLVM's
-    default); rule: the name of the RULES row (or override) it came from."""
+    default); rule: the name of the RULES row (or override) it came from; scalef: vectors
+    are scaled by powers of two in one instruction (AVX-512's `vscalefps`), so float32
+    `exp`/`exp2` end in `llvm.ldexp` rather than in integer exponent arithmetic
+    (backends/llvm_math.py)."""
 
     vector_bits: int
     vector_regs: int
     prefer: int | None
     rule: str
+    scalef: bool = False
 
     def fn_attrs(self) -> dict[str, str]:
         """String attributes for every function LLVM compiles under this profile."""
@@ -60,13 +64,15 @@ class SimdProfile:
 
     def key(self) -> str:
         """Identifies the profile in cache keys."""
-        return f"simd={self.vector_bits}x{self.vector_regs},prefer={self.prefer},{self.rule}"
+        return (f"simd={self.vector_bits}x{self.vector_regs},prefer={self.prefer},{self.rule}"
+                + (",scalef" if self.scalef else ""))
 
 
 # (name, architecture, features that must be on, features that must be off, profile)
 # architecture: "x86", "arm" or "" (any); see the module docstring for the reasons.
 RULES: tuple[tuple[str, str, frozenset[str], frozenset[str], SimdProfile], ...] = tuple(
-    (name, arch, frozenset(on), frozenset(off), SimdProfile(bits, regs, prefer, name))
+    (name, arch, frozenset(on), frozenset(off),
+     SimdProfile(bits, regs, prefer, name, "avx512f" in on))
     for name, arch, on, off, bits, regs, prefer in (
         ("avx512", "x86", {"avx512f"}, {"evex512-off"}, 512, 32, 512),
         ("avx512-256", "x86", {"avx512f", "evex512-off"}, (), 256, 32, 256),
@@ -124,9 +130,10 @@ def override(profile: SimdProfile, value: str) -> SimdProfile:
     if value in ("", "auto"):
         return profile
     if value == "llvm":
-        return SimdProfile(0, 0, None, "llvm-default")
+        return SimdProfile(0, 0, None, "llvm-default", profile.scalef)
     if value in ("128", "256", "512"):
-        return SimdProfile(int(value), profile.vector_regs, int(value), f"forced-{value}")
+        return SimdProfile(int(value), profile.vector_regs, int(value), f"forced-{value}",
+                           profile.scalef)
     raise ValueError(f"{ENV}={value!r}: expected auto, llvm, 128, 256 or 512")
 
 

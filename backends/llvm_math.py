@@ -95,9 +95,10 @@ LOG2EA = 0.44269504088896340736  # log2(e) - 1
 class _B:
     """Small helpers over an IRBuilder for one float type."""
 
-    def __init__(self, b: ir.IRBuilder, module: ir.Module):
+    def __init__(self, b: ir.IRBuilder, module: ir.Module, scalef: bool = False):
         self.b = b
         self.m = module
+        self.scalef = scalef
 
     def c(self, ty: ir.Type, v: float) -> ir.Constant:
         return ir.Constant(ty, v)
@@ -136,7 +137,15 @@ class _B:
         return self.b.bitcast(bits, F32)
 
     def ldexp(self, y: ir.Value, n: ir.Value) -> ir.Value:
-        """y * 2^n for n in [-152, 130] with one rounding (two exact-range factors)."""
+        """y * 2^n for n in [-152, 130] with one rounding: `llvm.ldexp` where the CPU scales
+        a vector in one instruction (`scalef`: AVX-512's `vscalefps`, 1 instruction where the
+        two factors below take 8), else two exact-range factors.  Without such an
+        instruction LLVM would call libm's `ldexpf` once per lane."""
+        if self.scalef:
+            name = "llvm.ldexp.f32.i32"
+            fn = self.m.globals.get(name) or ir.Function(
+                self.m, ir.FunctionType(F32, [F32, I32]), name)
+            return self.b.call(fn, [y, n])
         n1 = self.b.ashr(n, self.c(I32, 1))
         n2 = self.b.sub(n, n1)
         return self.b.fmul(self.b.fmul(y, self.pow2(n1)), self.pow2(n2))
@@ -292,8 +301,9 @@ F64_LIBM = {"tanh": "tanh", "erf": "erf"}
 class MathLib:
     """Builds (once per module) and calls the math functions of one LLVM module."""
 
-    def __init__(self, module: ir.Module):
+    def __init__(self, module: ir.Module, scalef: bool = False):
         self.module = module
+        self.scalef = scalef  # llvm_host.SimdProfile.scalef
 
     def _f32(self, op: str) -> ir.Function:
         name = f"kdsl.{op}.f32"
@@ -304,7 +314,7 @@ class MathLib:
         fn.attributes.add("alwaysinline")
         fn.attributes.add("nounwind")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        b.ret(F32_KERNELS[op](_B(b, self.module), fn.args[0]))
+        b.ret(F32_KERNELS[op](_B(b, self.module, self.scalef), fn.args[0]))
         return fn
 
     def _f64(self, op: str) -> ir.Function:

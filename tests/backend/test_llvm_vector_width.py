@@ -279,6 +279,49 @@ def test_host_profile_follows_the_host_features():
             assert f'"prefer-vector-width"="{prof.prefer}"' in ir[stage]
 
 
+def test_scalef_comes_with_avx512f_only():
+    assert llvm_host.choose(AVX512, X86).scalef
+    assert llvm_host.choose(AVX512 + ",-evex512", X86).scalef
+    assert not llvm_host.choose(AVX2, X86).scalef
+    assert not llvm_host.choose(ARM, "aarch64-unknown-linux-gnu").scalef
+    assert llvm_host.override(llvm_host.choose(AVX512, X86), "256").scalef  # width only
+    assert llvm_host.choose(AVX512, X86).key() != llvm_host.choose(AVX512, X86).key().replace(
+        ",scalef", "")
+
+
+@kd.jit
+def _exp2_of(x_ptr, y_ptr, z_ptr, n, BLOCK: kd.constexpr):
+    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
+    x = kd.load(x_ptr + offs, mask=offs < n)
+    kd.store(y_ptr + offs, kd.exp(x), mask=offs < n)
+    kd.store(z_ptr + offs, kd.exp2(x), mask=offs < n)
+
+
+def test_exp_with_and_without_scalef_agree_bit_for_bit(monkeypatch):
+    """`llvm.ldexp` (one `vscalefps` on AVX-512) and the two exact-range factors round the
+    same product once: equal results, denormal outputs included."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.uniform(-160, 130, 4000), [-87.5, -100.0, -103.9, -149.5, -150.0,
+                        88.8, 128.5, np.inf, -np.inf, np.nan, 0.0]]).astype(np.float32)
+    outs = {}
+    base = llvm_host.profile()
+    for scalef in (True, False):
+        prof = llvm_host.SimdProfile(base.vector_bits, base.vector_regs, base.prefer,
+                                     base.rule, scalef)
+        monkeypatch.setattr(llvm_host, "profile", lambda p=prof: p)
+        y, z = np.empty_like(x), np.empty_like(x)
+        k = kd.jit(_exp2_of.fn)
+        k[(kd.cdiv(x.size, 256),)](x, y, z, x.size, BLOCK=256, backend="llvm")
+        ir = k.compile(x, y, z, x.size, BLOCK=256, backend="llvm").ir
+        assert ("llvm.ldexp" in ir["llvm"]) == scalef
+        if scalef and host_arch() == "x86" and "avx512f" in host_features():
+            assert "vscalefps" in ir["asm"]
+        outs[scalef] = (y, z)
+    for a, b in zip(outs[True], outs[False]):
+        np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+    # (accuracy against float64: tests/backend/test_llvm_backend.py test_float32_math_ulps)
+
+
 @pytest.mark.skipif(host_arch() != "x86", reason="x86 vector registers")
 def test_softmax_and_matmul_use_the_host_vector_width():
     x = np.zeros((4, 1024), np.float32)
