@@ -157,7 +157,8 @@ def intrinsic(module: ir.Module, name: str, ty: ir.Type, nargs: int | None = Non
     full = f"llvm.{name}.{suffix}"
     if full in module.globals:
         return module.globals[full]
-    arity = nargs or {"fma": 3, "fmuladd": 3, "pow": 2, "maximum": 2, "minimum": 2, "copysign": 2}.get(name, 1)
+    arity = nargs or {"fma": 3, "fmuladd": 3, "pow": 2, "maximum": 2, "minimum": 2,
+                      "copysign": 2}.get(name, 1)
     return ir.Function(module, ir.FunctionType(ty, [ty] * arity), full)
 
 

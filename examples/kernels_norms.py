@@ -1,6 +1,7 @@
 """Library softmax, layer_norm and rms_norm on every available backend, in float32, float16 and
 bfloat16, against the float64 references; then `out=`: one buffer reused across calls (no
-fresh output, none of its page faults).
+fresh output, none of its page faults); then the host pool, which gives a large result's
+memory to the next call once the earlier result is dropped.
 
     python examples/kernels_norms.py
 """
@@ -16,7 +17,7 @@ from kdsl.testing import scale_of, tolerance
 def main() -> None:
     rng = np.random.default_rng(0)
     base = rng.standard_normal((16, 1000)) * 2 + 1
-    w, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    w, b = (rng.standard_normal(1000).astype(np.float32) for _ in range(2))
     for backend in kd.available_backends():
         for dtype in ("float32", "float16", "bfloat16"):
             x = R.cast(base, dtype)  # bfloat16: a bfloat16_view of uint16 bits
@@ -39,6 +40,15 @@ def main() -> None:
         same = np.array_equal(buf, fn(x, *params))
         print(f"out=: {name} wrote into the caller's buffer: {into}, "
               f"equal to the new-array call: {same}")
+    from kdsl.runtime import host_pool
+
+    big = rng.standard_normal((8192, 1024)).astype(np.float32)  # 32 MiB: pooled
+    y = K.softmax(big)
+    addr = y.ctypes.data
+    del y  # nothing references the result any more: its block is idle
+    again = K.softmax(big).ctypes.data == addr
+    print(f"host pool: the second 32 MiB softmax reused the first one's block: {again}; "
+          f"held now: {host_pool.stats()}")
 
 if __name__ == "__main__":
     main()

@@ -16,8 +16,9 @@ bfloat16 arrives in one of three spellings (docs/kernels.md):
 - a `torch.bfloat16` tensor, read through its int16 view; the result is a bfloat16 tensor.
 
 torch tensors are read in place through DLPack (a CPU tensor as a NumPy view, a device tensor
-as the array of the backend that views its DLPack device, e.g. CuPy); one with `requires_grad=True` is read through `.detach()`: the same memory,
-no copy, and the library call is not recorded by autograd (`kdsl.torch` adds gradients).
+as the array of the backend that views its DLPack device, e.g. CuPy); one with
+`requires_grad=True` is read through `.detach()`: the same memory, no copy, and the library
+call is not recorded by autograd (`kdsl.torch` adds gradients).
 
 Layouts: `as_arg(..., strided=True)` keeps a non-contiguous host array as it is, for kernels
 that take strides (`row_layout`, `blas_layout`, `unit_inner`: they copy only the layouts they
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 from kdsl.backends import get_backend
 
+from kdsl.runtime import host_pool
 from kdsl.runtime.dtype_views import DTypeView, bfloat16_view
 from kdsl.runtime.registry import default_backend, dlpack_owner, owner_of
 
@@ -291,8 +293,8 @@ def zeros(like: Arg, shape: tuple[int, ...], dtype: str, name: str = "out") -> A
 
 def _new(like: Arg, shape: tuple[int, ...], dtype: str, name: str, zero: bool) -> Arg:
     store = np.uint16 if dtype == "bfloat16" else _storage(dtype)
-    if like.device is None:
-        data = (np.zeros if zero else np.empty)(shape, store)
+    if like.device is None:  # large results reuse idle blocks (kdsl/runtime/host_pool.py)
+        data = (np.zeros if zero else host_pool.empty)(shape, store)
     else:
         be = get_backend(like.device)
         data = (be.zeros if zero else be.empty)(tuple(shape), store, like=like.data)
