@@ -38,6 +38,16 @@ ROW: dict[str, list[Row]] = {
 }
 # Tile of the looping row kernels (online softmax, long-row norms).
 ROW_LOOP_BLOCK: dict[str, int] = {"default": 2048, "cpu": 2048, "tile": 1024}
+# Step of the CPU float32 softmax's three passes (`softmax_scratch_kernel`), by row length;
+# profiles without rows use the fused / online kernels.  Rows of 2**24 elements in all, two
+# threads, Emerald Rapids: a 300-wide row 10.4 ms in steps of 64 against 20 in steps of 128
+# (the masked last step does a whole step's work), 1000-1024 wide 6.4-8.2 ms at 128 against
+# 6.5-10.0 at 64, 4096-8192 wide 7.5-8.2 ms at 256 against 7.8-8.7 at 128; the fused kernel
+# 9.1-11.7 ms (38 at 300 wide), the online one 8.9-9.2 on rows of 16384 to 262144.
+SCRATCH_ROW: dict[str, list[Row]] = {
+    "cpu": [(511, {"BLOCK": 64}), (2047, {"BLOCK": 128}), (INF, {"BLOCK": 256})],
+    "default": [],
+}
 
 MATMUL: dict[str, list[Row]] = {
     # size = M * N of the output
@@ -213,6 +223,13 @@ def fit_rows(meta: dict[str, Any], M: int, backend: str) -> dict[str, Any]:
 
 def row_loop_block(backend: str) -> int:
     return _row(ROW_LOOP_BLOCK, backend)
+
+
+def scratch_row_block(backend: str, n: int) -> int | None:
+    """The step of the three-pass softmax for rows of `n` elements, None where `backend`'s
+    profile has no such rows."""
+    rows = _rows(SCRATCH_ROW, backend)
+    return pick(SCRATCH_ROW, backend, n)["BLOCK"] if rows else None
 
 
 # Extra candidates the matmul autotuner tries beside the table rows (docs/kernels.md): the

@@ -3,8 +3,13 @@
 One program per row.  A row of up to `configs.FUSED_ROW_MAX` elements is held in one tile and
 read once (fused: max, exp, sum, times the reciprocal of the sum).  Longer rows use the online
 form: a first pass keeps a running maximum and a running sum rescaled whenever the maximum
-grows, a second pass writes exp(x - max) * (1 / sum).  Statistics are float32 for every input
-dtype; the output has the input's (or goes into the caller's `out=`).
+grows, a second pass writes exp(x - max) * (1 / sum).  On CPU backends a float32 row of any
+length takes three passes instead (`softmax_scratch_kernel`): the maximum, then exp(x - max)
+written into the output row as scratch while it is summed, then the row scaled in place; one
+exp per element and no row-sized tile (the fused kernel copies the row into a stack tile and
+the exps into a second one, 48 KiB of a 4096-wide row's working set against the 32 KiB of x
+and y: 1.2-1.6x faster measured on Emerald Rapids, more on short rows).  Statistics are
+float32 for every input dtype; the output has the input's (or goes into the caller's `out=`).
 Leading dimensions are flattened into rows, read through a row stride (a slice of rows or
 of a wider buffer is read in place); any other axis is moved last by a copy (and the result
 moved back), which costs one extra read and write of the array.
@@ -75,6 +80,31 @@ def softmax_online_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexp
         kd.store(y_ptr + base + cols, kd.exp(x - m) * inv, mask=mask)
 
 
+@kd.jit
+def softmax_scratch_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constexpr):
+    # float32 only: the exps are stored in y's dtype and read back, which a 16-bit output
+    # would round twice
+    row = kd.program_id(0).to(kd.int64)  # row * stride may pass 2**31 (kernels/_index.py)
+    x_ptr += row * x_row_stride
+    y_ptr += row * n_cols
+    top = kd.full((BLOCK,), -float("inf"), kd.float32)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        top = kd.maximum(top, kd.load(x_ptr + cols, mask=cols < n_cols, other=-float("inf")))
+    m = kd.max(top, axis=0)
+    acc = kd.zeros((BLOCK,), kd.float32)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        num = kd.exp(kd.load(x_ptr + cols, mask=cols < n_cols, other=-float("inf")) - m)
+        acc += num
+        kd.store(y_ptr + cols, num, mask=cols < n_cols)
+    inv = 1.0 / kd.sum(acc, axis=0)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + kd.arange(0, BLOCK)
+        kd.store(y_ptr + cols, kd.load(y_ptr + cols, mask=cols < n_cols) * inv,
+                 mask=cols < n_cols)
+
+
 def _move_last(x: Arg, axis: int) -> Arg:
     """A contiguous copy of `x` with `axis` moved last."""
     return moved_axis(x, axis, -1)
@@ -106,7 +136,12 @@ def softmax(x: Any, axis: int = -1, backend: str | None = None, out: Any = None)
     if n == 0 or rows == 0:
         return returned(y, out)
     (xin, stride), yout = row_layout(a), reshaped(y, (rows, n))
-    if n <= configs.FUSED_ROW_MAX:
+    scratch = configs.scratch_row_block(be, n) if a.dtype == "float32" else None
+    if scratch is not None:
+        meta = configs.pick(configs.ROW, be, scratch)
+        softmax_scratch_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, stride,
+                                        BLOCK=scratch, backend=be, **meta)
+    elif n <= configs.FUSED_ROW_MAX:
         block = next_pow2(n)
         meta = configs.pick(configs.ROW, be, block)
         softmax_fused_kernel[(rows,)](xin.kernel_arg, yout.kernel_arg, n, stride, BLOCK=block,
