@@ -36,8 +36,19 @@ ROW: dict[str, list[Row]] = {
     # work-items (one warp) cost least (measured 4-8x faster than 8 warps on softmax)
     "simt-cpu": [(INF, {"num_warps": 1})],
 }
-# Tile of the looping row kernels (online softmax, long-row norms).
+# Tile of the online softmax (16-bit rows above FUSED_ROW_MAX on CPUs: its per-step rescale
+# is an exp, which 2048-wide steps amortise: f16 rows of 16384-65536 on Emerald Rapids 6.2-6.5
+# ms against 7.0-7.1 at 256).
 ROW_LOOP_BLOCK: dict[str, int] = {"default": 2048, "cpu": 2048, "tile": 1024}
+# The norms: a row longer than NORM_ROW_MAX (float32 rows; 16-bit ones up to FUSED_ROW_MAX) is
+# walked in NORM_LOOP_BLOCK steps, each pass re-reading x from the cache, instead of being held
+# in one tile (whose stack copy costs a load and a store per element).  8192 x 4096 in all,
+# two threads, Emerald Rapids: float32 rows of 1024-4096 in 256-wide steps 13.1-14.2 ms
+# (layer_norm 13.8-14.6) against 14.0-15.0 (14.6-15.7) for the row tile; rows of 16384-65536
+# 15.5-16.2 (16.5-16.9) at 256 against 16.6-17.6 (19.6-19.7) at 2048; float16 rows of 4096
+# and float32 rows of 300 are faster as one tile (6.7 against 7.2 ms, 10.7 against 11.1).
+NORM_ROW_MAX: dict[str, int] = {"default": FUSED_ROW_MAX, "cpu": 1023}
+NORM_LOOP_BLOCK: dict[str, int] = {"default": 2048, "cpu": 256, "tile": 1024}
 # Step of the CPU float32 softmax's three passes (`softmax_scratch_kernel`), by row length;
 # profiles without rows use the fused / online kernels.  Rows of 2**24 elements in all, two
 # threads, Emerald Rapids: a 300-wide row 10.4 ms in steps of 64 against 20 in steps of 128
@@ -223,6 +234,14 @@ def fit_rows(meta: dict[str, Any], M: int, backend: str) -> dict[str, Any]:
 
 def row_loop_block(backend: str) -> int:
     return _row(ROW_LOOP_BLOCK, backend)
+
+
+def norm_block(backend: str, n: int, dtype: str) -> tuple[int, bool]:
+    """(BLOCK, whether the row is walked in steps of it) for a norm over rows of `n`."""
+    whole = _row(NORM_ROW_MAX, backend) if dtype == "float32" else FUSED_ROW_MAX
+    if n <= whole:
+        return 1 << max(n - 1, 0).bit_length(), False
+    return _row(NORM_LOOP_BLOCK, backend), True
 
 
 def scratch_row_block(backend: str, n: int) -> int | None:

@@ -4,10 +4,11 @@ One program per row over the last dimension (leading dimensions are flattened, a
 through a row stride: a slice of rows or of a wider buffer is read in place).  A row that fits
 `configs.FUSED_ROW_MAX` is one tile (`*_row_kernel`: no accumulator tiles, each statistic one
 reduction of the loaded row); a longer one is walked in tiles of BLOCK, its statistics
-accumulated per lane and reduced at the end.  Statistics are float32 whatever the input
-dtype: mean, then the centred variance (two passes: no cancellation), then the output pass,
-stored in the input dtype.  weight and bias may have any float dtype (often float32 with
-float16 activations); they are read as float32.
+accumulated per lane and reduced at the end.  On CPU profiles float32 rows from 1024 on are
+walked too, in 256-wide steps (`configs.norm_block`: faster than the tile's stack copy).
+Statistics are float32 whatever the input dtype: mean, then the centred variance (two
+passes: no cancellation), then the output pass, stored in the input dtype.  weight and bias
+may have any float dtype (often float32 with float16 activations); they are read as float32.
 """
 
 from __future__ import annotations
@@ -103,14 +104,16 @@ def rms_norm_row_kernel(x_ptr, w_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.con
 
 
 def _block(n: int, backend: str) -> int:
+    """The backward kernels' tile (kernels/norms_backward.py): the row up to FUSED_ROW_MAX."""
     return next_pow2(n) if n <= configs.FUSED_ROW_MAX else configs.row_loop_block(backend)
 
 
-def _launch(row_kernel: Any, loop_kernel: Any, n: int, rows: int, be: str, *args: Any,
-            **meta: Any) -> None:
-    """The whole-row kernel when the row fits one tile, else the one walking it in tiles."""
-    block = _block(n, be)
-    kern = row_kernel if n <= configs.FUSED_ROW_MAX else loop_kernel
+def _launch(row_kernel: Any, loop_kernel: Any, n: int, rows: int, be: str, dtype: str,
+            *args: Any, **meta: Any) -> None:
+    """The whole-row kernel when the row fits one tile (configs.norm_block), else the one
+    walking it in tiles."""
+    block, walk = configs.norm_block(be, n, dtype)
+    kern = loop_kernel if walk else row_kernel
     kern[(rows,)](*args, BLOCK=block, backend=be, **configs.pick(configs.ROW, be, block), **meta)
 
 
@@ -137,7 +140,7 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5,
     y = output(out, x, x.shape, x.dtype, (x, w, b))
     if n and rows:
         xin, stride = row_layout(x)
-        _launch(layer_norm_row_kernel, layer_norm_kernel, n, rows, be, xin.kernel_arg,
+        _launch(layer_norm_row_kernel, layer_norm_kernel, n, rows, be, x.dtype, xin.kernel_arg,
                 w.kernel_arg, b.kernel_arg, reshaped(y, (rows, n)).kernel_arg, n, stride, eps)
     return returned(y, out)
 
@@ -152,6 +155,6 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, backend: str | None = None,
     y = output(out, x, x.shape, x.dtype, (x, w))
     if n and rows:
         xin, stride = row_layout(x)
-        _launch(rms_norm_row_kernel, rms_norm_kernel, n, rows, be, xin.kernel_arg,
+        _launch(rms_norm_row_kernel, rms_norm_kernel, n, rows, be, x.dtype, xin.kernel_arg,
                 w.kernel_arg, reshaped(y, (rows, n)).kernel_arg, n, stride, eps)
     return returned(y, out)

@@ -4,9 +4,10 @@ activations, bad inputs."""
 import numpy as np
 import pytest
 from kcases import DTYPES, check, rand
-from kdsl.kernels import layer_norm, rms_norm
+from kdsl.kernels import configs, layer_norm, rms_norm
 from kdsl.kernels import reference as R
 
+from kdsl.runtime.launches import record_launches
 from kdsl.testing import assert_close
 
 
@@ -34,6 +35,26 @@ def test_long_rows(backend, rng):
         rand(rng, 9000, "float32")
     assert_close(layer_norm(x, w, b, backend=backend), R.layer_norm(x, w, b), k=9000)
     assert_close(rms_norm(x, w, backend=backend), R.rms_norm(x, w), k=9000)
+
+
+@pytest.mark.parametrize("n", [1023, 1024, 1030])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_row_tile_or_walk_follows_the_table(backend, rng, n, dtype):
+    """configs.norm_block: float32 rows from NORM_ROW_MAX on are walked in NORM_LOOP_BLOCK
+    steps on CPU profiles (ragged last step masked); 16-bit rows stay one tile."""
+    x, w, b = rand(rng, (3, n), dtype, shift=2.0), rand(rng, n, "float32"), rand(rng, n, dtype)
+    block, walk = configs.norm_block(backend, n, dtype)
+    with record_launches() as launches:
+        y_ln = layer_norm(x, w, b, backend=backend)
+        y_rms = rms_norm(x, w, backend=backend)
+    names = [ln.jit.fn.__name__ for ln in launches]
+    want = ["layer_norm_kernel", "rms_norm_kernel"] if walk else \
+        ["layer_norm_row_kernel", "rms_norm_row_kernel"]
+    assert names == want and all(ln.kwargs["BLOCK"] == block for ln in launches)
+    if "cpu" in configs.profiles(backend):
+        assert walk == (dtype == "float32" and n >= 1024)
+    check(y_ln, R.layer_norm(x, w, b), dtype, k=n)
+    check(y_rms, R.rms_norm(x, w), dtype, k=n)
 
 
 def test_bad_inputs():
