@@ -151,6 +151,7 @@ class _Runtime:
             _FORK_HOOK.append(True)
         self.cl = cl
         self.built = False  # (the first build re-enables faulthandler, see `build`)
+        pin_pocl_workers()  # before the first platform query starts PoCL's threads
         self.device = _choose_device(cl)
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx, self.device)
@@ -166,6 +167,34 @@ class _Runtime:
 
             self._pool = clt.MemoryPool(clt.ImmediateAllocator(self.queue))
         return self._pool
+
+
+#: the machines `pin_pocl_workers` pins on: as many CPUs as llvm_runtime's steering handles
+POCL_PIN_CPUS = range(2, 17)
+
+
+def pin_pocl_workers() -> bool:
+    """Ask PoCL's pthread driver to pin its worker thread i to CPU i (`POCL_AFFINITY=1`, read
+    when the driver starts its threads) unless the user set `POCL_AFFINITY` or
+    `POCL_MAX_PTHREAD_COUNT`; only where this process may run on exactly CPUs 0..n-1 (PoCL
+    pins by index and aborts on a CPU outside the process's set) with 2 <= n <= 16.  Returns
+    whether it set the variable.
+
+    Unpinned, the scheduler sometimes puts both of PoCL's workers on one vCPU of a virtual
+    machine (a halted vCPU looks busy to it, as backends/llvm_runtime.py `_steer` notes for
+    kdsl's own pool): the same OpenCL mlp ran 1.65-1.78x llvm's time in most processes and
+    1.06x in others; pinned, 1.01-1.11x in every run (Emerald Rapids, 2 vCPUs)."""
+    if "POCL_AFFINITY" in os.environ or "POCL_MAX_PTHREAD_COUNT" in os.environ:
+        return False
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):  # not Linux
+        return False
+    n = os.cpu_count() or 0
+    if n not in POCL_PIN_CPUS or allowed != set(range(n)):
+        return False
+    os.environ["POCL_AFFINITY"] = "1"
+    return True
 
 
 def _restore_faulthandler(rt: _Runtime) -> None:

@@ -140,3 +140,51 @@ def test_first_build_with_a_stderr_that_has_no_file_descriptor(tmp_path):
         print("ok")
     """, env={"POCL_CACHE_DIR": str(tmp_path), "KDSL_CACHE": "0"})
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_pocl_workers_are_pinned_only_where_it_is_safe(monkeypatch):
+    """`pin_pocl_workers` sets POCL_AFFINITY=1 when the process may use exactly CPUs
+    0..n-1 (2 <= n <= 16) and the user set neither POCL variable."""
+    from kdsl.backends import opencl
+
+    monkeypatch.delenv("POCL_AFFINITY", raising=False)
+    monkeypatch.delenv("POCL_MAX_PTHREAD_COUNT", raising=False)
+    for cpus, allowed, want in ((2, {0, 1}, True), (16, set(range(16)), True),
+                                (4, {1, 2, 3}, False), (1, {0}, False),
+                                (64, set(range(64)), False)):
+        monkeypatch.setattr(os, "cpu_count", lambda c=cpus: c)
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, a=allowed: a)
+        assert opencl.pin_pocl_workers() is want, (cpus, allowed)
+        assert (os.environ.pop("POCL_AFFINITY", None) == "1") is want
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    for user in ("POCL_AFFINITY", "POCL_MAX_PTHREAD_COUNT"):
+        monkeypatch.setenv(user, "0")
+        assert not opencl.pin_pocl_workers() and os.environ[user] == "0"
+        monkeypatch.delenv(user)
+
+
+def test_pocl_worker_threads_end_up_on_one_cpu_each():
+    """In a process whose environment names no POCL_ variable, starting the opencl backend
+    pins PoCL's worker threads, one CPU each (where `pin_pocl_workers` applies)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POCL_")}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import os, kdsl as kd
+        before = set(os.listdir("/proc/self/task"))
+        kd.available_backends()
+        new = set(os.listdir("/proc/self/task")) - before
+        cpus = []
+        for tid in sorted(new):
+            with open(f"/proc/self/task/{tid}/status") as f:
+                cpus += [ln.split()[1] for ln in f if ln.startswith("Cpus_allowed_list")]
+        print(os.environ.get("POCL_AFFINITY"), " ".join(cpus))
+    """)], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert r.returncode == 0, r.stderr
+    flag, *cpus = r.stdout.split()
+    n = os.cpu_count() or 0
+    if not (2 <= n <= 16 and os.sched_getaffinity(0) == set(range(n))):
+        assert flag == "None"
+        return
+    assert flag == "1"
+    pinned = sorted({int(c) for c in cpus if c.isdigit()})  # PoCL's workers: one CPU each
+    assert len(pinned) >= 2 and pinned == list(range(len(pinned))), cpus
