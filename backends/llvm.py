@@ -19,6 +19,7 @@ them); register and shared arrays are allocas of `[size x T]` (int1 arrays hold 
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import weakref
 from functools import lru_cache
@@ -31,7 +32,7 @@ from kdsl.ir.types import DType, PointerType, int1
 from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
-from . import llvm_atomics, llvm_debug, llvm_host, llvm_shuffle
+from . import llvm_atomics, llvm_debug, llvm_host, llvm_runtime, llvm_shuffle
 from .base import Backend, BoundArg, DirectLauncher
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, GridRunner, workers
@@ -738,7 +739,7 @@ class LLVMHandle:
         self.packer = ArgPacker(kernel)
         self._pack = self.packer.struct.pack
         self.launch_fn = launch
-        self.runner = GridRunner(fn, launch)
+        self.runner = GridRunner(fn, launch, ctypes.cast(fn, ctypes.c_void_p).value or 0)
         self.direct_launch = _direct_launch(self.runner, self._pack, self.packer.block.pack)
 
     def run(self, grid: tuple[int, int, int], args: list[BoundArg]) -> None:
@@ -780,6 +781,25 @@ def _direct_launch(runner: GridRunner, pack: Any, pack_block: Any) -> Any:
 #: The JIT-compiled kernels alive in this process (a profiler maps samples onto their code:
 #: benchmarks/cpu_profile.py).
 LIVE: weakref.WeakSet[LLVMHandle] = weakref.WeakSet()
+
+
+def jit_functions(source: str, names: tuple[str, ...]) -> tuple[Any, dict[str, int]]:
+    """JIT-compile LLVM IR text (no optimisation passes) for the host; returns the engine
+    (keep it alive) and the address of each function in `names`: the native pool's code
+    (backends/llvm_pool.py)."""
+    llvm = _llvm()
+    with _COMPILE:
+        mod = llvm.parse_assembly(source)
+        mod.verify()
+        engine = llvm.create_mcjit_compiler(mod, _new_target_machine(llvm))
+        engine.finalize_object()
+        addrs = {n: engine.get_function_address(n) for n in names}
+    if not all(addrs.values()):
+        raise RuntimeError(f"llvm backend: {names} not all found in the JIT module")
+    return engine, addrs
+
+
+llvm_runtime.ENGINE_FACTORY.append(jit_functions)
 
 
 def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:

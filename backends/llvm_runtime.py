@@ -32,6 +32,7 @@ from typing import Any
 from kdsl.ir import loop as L
 from kdsl.ir.types import PointerType
 
+from . import llvm_pool
 from .base import BoundArg
 
 # void <name>_grid(const char *args, int64 start, int64 end, int32 g0, int32 g1, int32 g2)
@@ -147,6 +148,7 @@ def _pool() -> ThreadPoolExecutor:
         if _POOL.get("pid") != os.getpid():
             _POOL["tids"] = []  # native thread ids of the workers (`_register_worker`)
             _POOL["steered"] = (-1, 0)  # (caller's CPU, workers) of the last `_steer`
+            _NATIVE_STEER.clear()
             _POOL["pool"] = ThreadPoolExecutor(max_workers=workers(),
                                                thread_name_prefix="kdsl-llvm",
                                                initializer=_register_worker)
@@ -182,7 +184,7 @@ except (AttributeError, OSError):  # not Linux: no steering
 STEER_MAX_CPUS = 16
 
 
-def _steer() -> None:
+def _steer(tids: list[int], state: dict[str, Any]) -> None:
     """Keep the workers off the calling thread's CPU (Linux; only when that CPU changed or a
     worker was added since the last launch: one `sched_getcpu` per launch otherwise).
 
@@ -190,14 +192,14 @@ def _steer() -> None:
     vCPU that has been halted for a while looks preempted, so the scheduler puts the worker on
     the caller's own CPU instead: the two share one core for milliseconds until the balancer
     moves one of them (a 1024^3 matmul on two vCPUs took 15.6 ms after a 0.3 s pause, 8.6 ms
-    back to back).  A worker whose affinity excludes the caller's CPU runs on another one."""
+    back to back).  A worker whose affinity excludes the caller's CPU runs on another one.
+    `tids`: the workers' native thread ids; `state` remembers the last steering."""
     if _CPU is None or not 2 <= len(_ALLOWED) <= STEER_MAX_CPUS:
         return
     cpu = _CPU()
-    tids = _POOL["tids"]
-    if (cpu, len(tids)) == _POOL["steered"] or cpu not in _ALLOWED:
+    if (cpu, len(tids)) == state.get("steered") or cpu not in _ALLOWED:
         return
-    _POOL["steered"] = (cpu, len(tids))
+    state["steered"] = (cpu, len(tids))
     others = _ALLOWED - {cpu}
     for tid in list(tids):
         try:
@@ -212,10 +214,35 @@ _LIMIT = 1 << 31
 _CHUNKS_PER_WORKER = 4
 
 
-def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> float | None:
+#: the engine builder of the native pool: (LLVM IR text, function names) -> (engine,
+#: {name: address}); set by backends/llvm.py, which owns the JIT and its lock
+ENGINE_FACTORY: list[Any] = []
+
+
+def _native(address: int, alone: float | None) -> llvm_pool.NativePool | None:
+    """The native pool, locked for this launch, when it may run it: the grid function's
+    address is known and its last measured one-thread time `alone` says the launch is short
+    (llvm_pool.NATIVE_MAX_SECONDS of wall time); None otherwise (the Python pool runs it)."""
+    if not address or alone is None or alone / _WORKERS > llvm_pool.NATIVE_MAX_SECONDS \
+            or not ENGINE_FACTORY:
+        return None
+    pool = llvm_pool.pool(_WORKERS, ENGINE_FACTORY[0])
+    if pool is None or not pool.lock.acquire(blocking=False):
+        return None
+    _steer(pool.tids, _NATIVE_STEER)
+    return pool
+
+
+_NATIVE_STEER: dict[str, Any] = {}
+
+
+def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int], address: int = 0,
+             alone: float | None = None) -> float | None:
     """Run program ids [0, g0*g1*g2) of `fn` on the pool (inline for small grids); returns,
     for a pooled launch, the CPU seconds the whole grid would take on one thread at the rate
-    of its cheapest chunk (None inline).
+    of its cheapest chunk (None inline).  A grid whose function `address` is given and whose
+    last one-thread time `alone` was short runs on the native pool (backends/llvm_pool.py),
+    which returns its wall time times the workers instead.
 
     No exception leaves before every worker has stopped: the caller may free the arrays as
     soon as this returns or raises, so a worker still running would write freed memory.  A
@@ -232,9 +259,17 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int]) -> float | None
         fn(packed, 0, total, g0, g1, g2)
         return None
     chunks = min(total, n * _CHUNKS_PER_WORKER)
+    native = _native(address, alone)
+    if native is not None:
+        try:
+            t = time.perf_counter()
+            native.run(address, packed, total, chunks, g0, g1, g2)
+            return (time.perf_counter() - t) * n
+        finally:
+            native.lock.release()
     launch = _Launch(fn, packed, [total * i // chunks for i in range(chunks + 1)], (g0, g1, g2))
     pool = _pool()
-    _steer()
+    _steer(_POOL["tids"], _POOL)
     futures = [pool.submit(launch.work) for _ in range(n - 1)]
     error: BaseException | None = None
     try:
@@ -268,10 +303,10 @@ class GridRunner:
     every 16th inline one, so a kernel whose arguments make it slower goes back to the
     pool."""
 
-    __slots__ = ("fn", "launch", "per_program", "runs")
+    __slots__ = ("fn", "launch", "per_program", "runs", "address")
 
-    def __init__(self, fn: Any, launch: Any):
-        self.fn, self.launch = fn, launch
+    def __init__(self, fn: Any, launch: Any, address: int = 0):
+        self.fn, self.launch, self.address = fn, launch, address
         self.per_program: float | None = None  # seconds, once measured
         self.runs = 0
 
@@ -291,7 +326,9 @@ class GridRunner:
         self.per_program = (time.thread_time() - t) / total
 
     def run_pooled(self, packed: bytes, grid: tuple[int, int, int], total: int) -> None:
-        alone = run_grid(self.fn, packed, grid)
+        per = self.per_program
+        alone = run_grid(self.fn, packed, grid, self.address,
+                         None if per is None else per * total)
         if alone is not None:
             self.per_program = alone / total
 
