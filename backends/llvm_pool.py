@@ -15,7 +15,9 @@ two chunks take 0.45 ms.  Here a launch is one ctypes call (`kdsl_pool_run`, GIL
   reads), then sleeps in `futex(FUTEX_WAIT)`.  Chunks are claimed by compare-and-swap on the
   claim word, whose high half is the job number: a worker still leaving the previous job
   cannot claim a chunk of the next one.  Job fields are read only after a successful claim;
-  the caller returns only once every chunk is done, so they stay valid meanwhile.
+  the caller returns only once every chunk is done, so they stay valid meanwhile.  Each chunk
+  adds its CLOCK_MONOTONIC duration to a busy count: the grid's one-thread cost without the
+  hand-over, which `GridRunner` uses to run cheap grids inline.
 - Lost wake-ups: the caller stores the job number and the futex word (sequentially
   consistent) before reading the sleeper count; a worker adds itself to the count before
   re-reading the job number, and `FUTEX_WAIT` returns at once if the word already changed.
@@ -55,7 +57,7 @@ _RELAX = {"x86_64": _PAUSE, "amd64": _PAUSE, "aarch64": _YIELD, "arm64": _YIELD,
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 
 # byte offsets in the control block; the words workers write sit on cache lines of their own
-CLAIM, DONE, SEQ, FUTEX, SLEEPERS, STOP = 0, 64, 128, 136, 144, 152
+CLAIM, DONE, BUSY, SEQ, FUTEX, SLEEPERS, STOP = 0, 64, 96, 128, 136, 144, 152
 FN, ARGS, TOTAL, CHUNKS, G0, G1, G2, SPIN = 192, 200, 208, 216, 224, 228, 232, 240
 BLOCK_BYTES = 256
 
@@ -67,7 +69,21 @@ def module_ir(arch: str) -> str:
     return f"""
 declare i64 @syscall(i64, ...)
 declare i32 @sched_yield()
+declare i32 @clock_gettime(i32, ptr)
 {decl}
+
+; CLOCK_MONOTONIC in nanoseconds (a vDSO read)
+define internal i64 @now() {{
+entry:
+  %ts = alloca [2 x i64], align 8
+  %r = call i32 @clock_gettime(i32 1, ptr %ts)
+  %sec = load i64, ptr %ts, align 8
+  %nsp = getelementptr i64, ptr %ts, i64 1
+  %ns = load i64, ptr %nsp, align 8
+  %s = mul i64 %sec, 1000000000
+  %t = add i64 %s, %ns
+  ret i64 %t
+}}
 
 define internal void @relax() alwaysinline {{
   {call}
@@ -123,7 +139,12 @@ run:
   %lo = add i64 %lo0, %m0
   %hi0 = mul i64 %c1, %q
   %hi = add i64 %hi0, %m1
+  %t0 = call i64 @now()
   call void %fn(ptr %args, i64 %lo, i64 %hi, i32 %g0, i32 %g1, i32 %g2)
+  %t1 = call i64 @now()
+  %dt = sub i64 %t1, %t0
+  %busyp = getelementptr i8, ptr %p, i64 {BUSY}
+  atomicrmw add ptr %busyp, i64 %dt monotonic
   atomicrmw add ptr %donep, i64 1 release
   br label %loop
 exit:
@@ -207,6 +228,8 @@ entry:
   store i32 %g2, ptr %g2p, align 4
   %donep = getelementptr i8, ptr %p, i64 {DONE}
   store atomic i64 0, ptr %donep monotonic, align 8
+  %busyp = getelementptr i8, ptr %p, i64 {BUSY}
+  store atomic i64 0, ptr %busyp monotonic, align 8
   %seqp = getelementptr i8, ptr %p, i64 {SEQ}
   %s0 = load atomic i64, ptr %seqp monotonic, align 8
   %s = add i64 %s0, 1
@@ -308,10 +331,12 @@ class NativePool:
         self._worker(self.address)  # returns at `stop`
 
     def run(self, fn_address: int, packed: bytes, total: int, chunks: int,
-            g0: int, g1: int, g2: int) -> None:
+            g0: int, g1: int, g2: int) -> float:
         """Run program ids [0, total) of the grid function at `fn_address` in `chunks` chunks
-        (the caller holds `lock`)."""
+        (the caller holds `lock`); returns the seconds spent inside the grid function summed
+        over the chunks (what the grid costs on one thread, without the hand-over)."""
         self.run_fn(self.address, fn_address, packed, total, chunks, g0, g1, g2)
+        return ctypes.c_int64.from_address(self.address + BUSY).value * 1e-9
 
     def stop(self) -> None:
         """Stop and join the workers (at exit: before the JIT's code is freed)."""

@@ -242,7 +242,7 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int], address: int = 
     for a pooled launch, the CPU seconds the whole grid would take on one thread at the rate
     of its cheapest chunk (None inline).  A grid whose function `address` is given and whose
     last one-thread time `alone` was short runs on the native pool (backends/llvm_pool.py),
-    which returns its wall time times the workers instead.
+    which returns the time its chunks spent in `fn`, summed.
 
     No exception leaves before every worker has stopped: the caller may free the arrays as
     soon as this returns or raises, so a worker still running would write freed memory.  A
@@ -262,9 +262,7 @@ def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int], address: int = 
     native = _native(address, alone)
     if native is not None:
         try:
-            t = time.perf_counter()
-            native.run(address, packed, total, chunks, g0, g1, g2)
-            return (time.perf_counter() - t) * n
+            return native.run(address, packed, total, chunks, g0, g1, g2)
         finally:
             native.lock.release()
     launch = _Launch(fn, packed, [total * i // chunks for i in range(chunks + 1)], (g0, g1, g2))

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdsl.backends import get_backend
+
 Row = tuple[int, dict[str, Any]]
 INF = 1 << 62
 
@@ -55,6 +57,9 @@ NORM_LOOP_BLOCK: dict[str, int] = {"default": 2048, "cpu": 256, "tile": 1024}
 # (the masked last step does a whole step's work), 1000-1024 wide 6.4-8.2 ms at 128 against
 # 6.5-10.0 at 64, 4096-8192 wide 7.5-8.2 ms at 256 against 7.8-8.7 at 128; the fused kernel
 # 9.1-11.7 ms (38 at 300 wide), the online one 8.9-9.2 on rows of 16384 to 262144.
+# Shorter rows keep the fused kernel: one tile, the cheapest program (a 4 x 8 softmax 1 us
+# faster a call than in three passes).
+SCRATCH_ROW_MIN = 64
 SCRATCH_ROW: dict[str, list[Row]] = {
     "cpu": [(511, {"BLOCK": 64}), (2047, {"BLOCK": 128}), (INF, {"BLOCK": 256})],
     "default": [],
@@ -163,8 +168,6 @@ _PROFILES: dict[Any, tuple[str, ...]] = {}
 
 def profiles(backend: str) -> tuple[str, ...]:
     """The table keys that apply to `backend`, most specific first ("default" last)."""
-    from kdsl.backends import get_backend
-
     be = get_backend(backend)
     try:
         return _PROFILES[be]
@@ -246,9 +249,14 @@ def norm_block(backend: str, n: int, dtype: str) -> tuple[int, bool]:
 
 def scratch_row_block(backend: str, n: int) -> int | None:
     """The step of the three-pass softmax for rows of `n` elements, None where `backend`'s
-    profile has no such rows."""
+    profile has no such rows or the row is shorter than SCRATCH_ROW_MIN."""
     rows = _rows(SCRATCH_ROW, backend)
-    return pick(SCRATCH_ROW, backend, n)["BLOCK"] if rows else None
+    if not rows or n < SCRATCH_ROW_MIN:
+        return None
+    step = next((meta["BLOCK"] for bound, meta in rows if n <= bound), rows[-1][1]["BLOCK"])
+    # a row shorter than the step gets a step of its own power of two: the masked last
+    # step costs a whole step's work (a 4 x 8 softmax: 1.7 us per row at 64, 20 us a call)
+    return min(step, 1 << max(n - 1, 0).bit_length())
 
 
 # Extra candidates the matmul autotuner tries beside the table rows (docs/kernels.md): the

@@ -3,9 +3,10 @@
 One program per row.  A row of up to `configs.FUSED_ROW_MAX` elements is held in one tile and
 read once (fused: max, exp, sum, times the reciprocal of the sum).  Longer rows use the online
 form: a first pass keeps a running maximum and a running sum rescaled whenever the maximum
-grows, a second pass writes exp(x - max) * (1 / sum).  On CPU backends a float32 row of any
-length takes three passes instead (`softmax_scratch_kernel`): the maximum, then exp(x - max)
-written into the output row as scratch while it is summed, then the row scaled in place; one
+grows, a second pass writes exp(x - max) * (1 / sum).  On CPU backends a float32 row of 64
+elements or more takes three passes instead (`softmax_scratch_kernel`): the maximum, then
+exp(x - max) written into the output row as scratch while it is summed, then the row scaled
+in place; one
 exp per element and no row-sized tile (the fused kernel copies the row into a stack tile and
 the exps into a second one, 48 KiB of a 4096-wide row's working set against the 32 KiB of x
 and y: 1.2-1.6x faster measured on Emerald Rapids, more on short rows).  Statistics are

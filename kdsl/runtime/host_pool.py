@@ -89,6 +89,8 @@ class HostPool:
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype | type | str) -> np.ndarray:
         """An uninitialised C-contiguous array, like `np.empty(shape, dtype)`."""
+        if math.prod(shape) < MIN_BYTES >> 3:  # too small whatever the dtype: the fast path
+            return np.empty(shape, dtype)
         dt = np.dtype(dtype)
         nbytes = math.prod(shape) * dt.itemsize
         if nbytes < MIN_BYTES:
