@@ -62,6 +62,21 @@ FN, ARGS, TOTAL, CHUNKS, G0, G1, G2, SPIN = 192, 200, 208, 216, 224, 228, 232, 2
 BLOCK_BYTES = 256
 
 
+# the job's fields besides the chunk count: (name, offset, LLVM type, alignment)
+_JOB = (("fn", FN, "ptr", 8), ("args", ARGS, "ptr", 8), ("total", TOTAL, "i64", 8),
+        ("g0", G0, "i32", 4), ("g1", G1, "i32", 4), ("g2", G2, "i32", 4))
+
+
+def _fields(op: str, fields: tuple[tuple[str, int, str, int], ...]) -> str:
+    """IR that stores the values %name into (or loads them from) their control-block slots."""
+    lines = []
+    for name, off, ty, align in fields:
+        lines.append(f"  %{name}p = getelementptr i8, ptr %p, i64 {off}")
+        lines.append(f"  store {ty} %{name}, ptr %{name}p, align {align}" if op == "store"
+                     else f"  %{name} = load {ty}, ptr %{name}p, align {align}")
+    return "\n".join(lines)
+
+
 def module_ir(arch: str) -> str:
     """The pool's LLVM module for `arch` (its futex number and spin-wait hint)."""
     decl, call = _RELAX[arch]
@@ -115,19 +130,8 @@ try:
   %won = extractvalue {{ i64, i1 }} %r, 1
   br i1 %won, label %run, label %loop
 run:
-  %fnp = getelementptr i8, ptr %p, i64 {FN}
-  %fn = load ptr, ptr %fnp, align 8
-  %argsp = getelementptr i8, ptr %p, i64 {ARGS}
-  %args = load ptr, ptr %argsp, align 8
-  %totalp = getelementptr i8, ptr %p, i64 {TOTAL}
-  %total = load i64, ptr %totalp, align 8
+{_fields("load", _JOB)}
   %nch = load i64, ptr %nchp, align 8
-  %g0p = getelementptr i8, ptr %p, i64 {G0}
-  %g0 = load i32, ptr %g0p, align 4
-  %g1p = getelementptr i8, ptr %p, i64 {G1}
-  %g1 = load i32, ptr %g1p, align 4
-  %g2p = getelementptr i8, ptr %p, i64 {G2}
-  %g2 = load i32, ptr %g2p, align 4
   %q = udiv i64 %total, %nch
   %rem = urem i64 %total, %nch
   %c1 = add i64 %c, 1
@@ -212,20 +216,9 @@ done:
 define void @kdsl_pool_run(ptr %p, ptr %fn, ptr %args, i64 %total, i64 %nch,
                            i32 %g0, i32 %g1, i32 %g2) {{
 entry:
-  %fnp = getelementptr i8, ptr %p, i64 {FN}
-  store ptr %fn, ptr %fnp, align 8
-  %argsp = getelementptr i8, ptr %p, i64 {ARGS}
-  store ptr %args, ptr %argsp, align 8
-  %totalp = getelementptr i8, ptr %p, i64 {TOTAL}
-  store i64 %total, ptr %totalp, align 8
+{_fields("store", _JOB)}
   %nchp = getelementptr i8, ptr %p, i64 {CHUNKS}
   store atomic i64 %nch, ptr %nchp monotonic, align 8
-  %g0p = getelementptr i8, ptr %p, i64 {G0}
-  store i32 %g0, ptr %g0p, align 4
-  %g1p = getelementptr i8, ptr %p, i64 {G1}
-  store i32 %g1, ptr %g1p, align 4
-  %g2p = getelementptr i8, ptr %p, i64 {G2}
-  store i32 %g2, ptr %g2p, align 4
   %donep = getelementptr i8, ptr %p, i64 {DONE}
   store atomic i64 0, ptr %donep monotonic, align 8
   %busyp = getelementptr i8, ptr %p, i64 {BUSY}
