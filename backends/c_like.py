@@ -155,8 +155,8 @@ _CALLED = frozenset(
         "atom_cmpxchg", "atomicAdd", "atomicCAS", "atomicExch", "atomicMax", "atomicMin",
         "atomicAnd", "atomicOr", "atomicXor", "atomic_xchg", "atomic_max", "atomic_min",
         "atomic_and", "atomic_or", "atomic_xor", "atom_xchg", "atom_max", "atom_min", "atom_and",
-        "atom_or", "atom_xor", "mem_fence", "printf", "get_local_id", "get_group_id", "get_num_groups", "as_float",
-        "as_uint", "as_int", "as_double", "as_long", "as_ulong", "memcpy"
+        "atom_or", "atom_xor", "mem_fence", "printf", "get_local_id", "get_group_id",
+        "get_num_groups", "as_float", "as_uint", "as_int", "as_double", "as_long", "as_ulong", "memcpy"
     ]
 )
 
@@ -228,7 +228,7 @@ BOOL_BINARY = {
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # Helpers a format refers to: prefix of the call -> helper kind rendered by the template.
 _HELPER_CALLS = ("kd_sigmoid", "kd_abs", "kd_div", "kd_mod", "kd_fmax", "kd_fmin", "kd_max",
-                 "kd_min")
+                 "kd_min", "kd_exp")
 
 
 WRAPPING = frozenset({"add", "sub", "mul", "shl"})
@@ -282,6 +282,8 @@ class CEmitter:
 
     def need(self, kind: str, tname: str = "") -> None:
         self.helpers.setdefault(kind, set()).add(tname)
+        if kind == "sigmoid" and self.d.math("exp", tname).startswith("kd_exp_"):
+            self.need("exp", tname)  # the sigmoid helper calls the dialect's exp
 
     def ctype(self, t: loop.Type) -> str:
         """C type of a value (variable, parameter, expression) of type `t`."""
@@ -856,8 +858,8 @@ class CEmitter:
 
     def _helper_records(self) -> list[dict[str, str]]:
         """Helper definitions the template renders, in a stable order."""
-        order = ["bf16", "f16", "sigmoid", "abs", "div", "mod", "max", "min", "fmax", "fmin",
-                 "async_copy"]
+        order = ["bf16", "f16", "exp", "sigmoid", "abs", "div", "mod", "max", "min", "fmax",
+                 "fmin", "async_copy"]
         records = []
         for kind in order:
             for tname in sorted(self.helpers.get(kind, ())):

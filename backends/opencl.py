@@ -46,6 +46,7 @@ from kdsl.target import Target
 from .base import Backend, BoundArg, Timer
 from .c_atomics import OPENCL_ATOMICS
 from .c_like import C_OPS, CDialect, emit, kernel_name, math_names
+from .llvm_math import EXP_P, LN2_HI, LN2_LO, LOG2E
 from .opencl_loops import pocl_safe
 
 OPTIONS = ["-cl-fp32-correctly-rounded-divide-sqrt"]
@@ -70,6 +71,33 @@ static inline float kd_round_f16(float x) {
 }"""
 
 
+def _one_thread_math() -> Callable[[str, str], str]:
+    plain = math_names()
+    return lambda op, tname: "kd_exp_float32" if (op, tname) == ("exp", "float32") \
+        else plain(op, tname)
+
+
+def _exp_helper() -> str:
+    """`kd_exp_float32`: the llvm backend's float32 exp (backends/llvm_math.py: Cephes range
+    reduction and polynomial, two exact-range scalings, NaN kept) in OpenCL C, branch-free so
+    that the CPU driver vectorises loops of it.  PoCL's own `exp` (SLEEF) made the softmax and
+    the attention 1.45-1.57x llvm's time on an AVX-512 host."""
+    poly = f"{EXP_P[0]!r}f"
+    for c in EXP_P[1:]:
+        poly = f"fma({poly}, r, {c!r}f)"
+    return f"""/* float32 exp as the llvm backend computes it (backends/llvm_math.py) */
+static inline float kd_exp_float32(float x) {{
+    float xc = fmin(fmax(x, -104.0f), 89.0f);
+    float n = floor(fma(xc, {LOG2E!r}f, 0.5f));
+    float r = fma(n, {-LN2_HI!r}f, xc);
+    r = fma(n, {-LN2_LO!r}f, r);
+    float y = fma({poly}, r * r, r) + 1.0f;
+    int k = (int)n, k1 = k >> 1;
+    y = y * as_float((k1 + 127) << 23) * as_float((k - k1 + 127) << 23);
+    return isnan(x) ? x : y;
+}}"""
+
+
 def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None,
                    simd_lanes: int = 0) -> CDialect:
     """The OpenCL C dialect; `native_fp16` when the device has `cl_khr_fp16`; `simd_lanes`:
@@ -89,7 +117,8 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None,
         wrap_types=_WRAP, int_suffix={"int64": "L", "uint64": "UL", "uint32": "u"},
         # OpenCL's math built-ins are overloaded for float and double; never native_* (their
         # accuracy is implementation-defined) unless fast math is asked for at build time.
-        math=math_names(),
+        # One-thread (CPU device) kernels compute float32 exp with kd_exp_float32.
+        math=_one_thread_math() if simd_lanes else math_names(),
         f16_load=f16["f16_load"], f16_store=f16["f16_store"], f16_round=f16["f16_round"],
         bitcast="as_{T}({x})",
         atomics=OPENCL_ATOMICS, printf_int64="l",
@@ -101,6 +130,7 @@ def opencl_dialect(native_fp16: bool = False, options: list[str] | None = None,
                                                   "rsqrt", "sin", "cos")},
         extra={"as_float": "as_float", "as_uint": "as_uint", "native_fp16": native_fp16,
                "f16_helper": f16["helper"], "options": opts, "join_barrier": True,
+               "exp_helper": _exp_helper(),
                "options_fast": FAST_MATH},
     )
 

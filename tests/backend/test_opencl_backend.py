@@ -274,3 +274,30 @@ def test_conditional_reduction_writes_only_its_element(num_warps, sf):
                                 num_warps=num_warps)
     assert buf[0] == (x.sum() + x[0] if sf > 0 else 0.0)
     assert (buf[1:] == -7.0).all(), f"{(buf[1:] != -7.0).sum()} stray stores"
+
+
+@kd.jit
+def _exp_rows(x_ptr, y_ptr, n, BLOCK: kd.constexpr):
+    offs = kd.program_id(0) * BLOCK + kd.arange(0, BLOCK)
+    kd.store(y_ptr + offs, kd.exp(kd.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+def test_one_thread_exp_is_the_llvm_backends_bit_for_bit():
+    """On a CPU device one-thread kernels compute float32 exp with `kd_exp_float32`, the llvm
+    backend's algorithm: the same bits, denormal and overflowing outputs, NaN and infinities
+    included (a GPU device's work-group kernels keep the built-in)."""
+    be = OpenCLBackend()
+    if be.lowering() != "one-thread":
+        pytest.skip("work-group lowering: OpenCL's built-in exp")
+    x = np.concatenate([RNG.uniform(-160, 100, 3000), [-87.5, -103.9, -149.5, -150.0, 88.8,
+                        np.inf, -np.inf, np.nan, 0.0, -0.0]]).astype(np.float32)
+    outs = {}
+    for backend in ("opencl", "llvm"):
+        if backend not in kd.available_backends():
+            pytest.skip(f"{backend} backend unavailable")
+        y = np.empty_like(x)
+        _exp_rows[(math.ceil(x.size / 256),)](x, y, x.size, BLOCK=256, backend=backend)
+        outs[backend] = y
+    src = _exp_rows.compile(x, x, x.size, BLOCK=256, backend="opencl").ir["opencl"]
+    assert "kd_exp_float32(" in src
+    np.testing.assert_array_equal(outs["opencl"].view(np.int32), outs["llvm"].view(np.int32))
