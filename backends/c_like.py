@@ -156,7 +156,8 @@ _CALLED = frozenset(
         "atomicAnd", "atomicOr", "atomicXor", "atomic_xchg", "atomic_max", "atomic_min",
         "atomic_and", "atomic_or", "atomic_xor", "atom_xchg", "atom_max", "atom_min", "atom_and",
         "atom_or", "atom_xor", "mem_fence", "printf", "get_local_id", "get_group_id",
-        "get_num_groups", "as_float", "as_uint", "as_int", "as_double", "as_long", "as_ulong", "memcpy"
+        "get_num_groups", "as_float", "as_uint", "as_int", "as_double", "as_long", "as_ulong",
+        "memcpy"
     ]
 )
 
