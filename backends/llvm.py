@@ -32,7 +32,7 @@ from kdsl.ir.types import DType, PointerType, int1
 from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
-from . import llvm_atomics, llvm_debug, llvm_host, llvm_runtime, llvm_shuffle
+from . import llvm_atomics, llvm_debug, llvm_host, llvm_pool, llvm_shuffle
 from .base import Backend, BoundArg, DirectLauncher
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, GridRunner, workers
@@ -799,7 +799,7 @@ def jit_functions(source: str, names: tuple[str, ...]) -> tuple[Any, dict[str, i
     return engine, addrs
 
 
-llvm_runtime.ENGINE_FACTORY.append(jit_functions)
+llvm_pool.COMPILE.append(jit_functions)
 
 
 def jit(kernel: L.Kernel, opt_ir: str) -> LLVMHandle:

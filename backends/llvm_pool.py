@@ -298,10 +298,10 @@ class NativePool:
     """The control block, the compiled functions and `nthreads - 1` worker threads (the
     launching thread is the last one)."""
 
-    def __init__(self, nthreads: int, engine_factory: Any):
+    def __init__(self, nthreads: int, compile_ir: Any):
         arch = platform.machine().lower()
-        self.engine, addr = engine_factory(module_ir(arch), ("kdsl_pool_worker", "kdsl_pool_run",
-                                                           "kdsl_pool_relax"))
+        self.engine, addr = compile_ir(module_ir(arch), ("kdsl_pool_worker", "kdsl_pool_run",
+                                                         "kdsl_pool_relax"))
         self._worker = WORKER_FN(addr["kdsl_pool_worker"])
         self.run_fn = RUN_FN(addr["kdsl_pool_run"])
         relax = RELAX_FN(addr["kdsl_pool_relax"])
@@ -311,6 +311,7 @@ class NativePool:
         ctypes.c_int64.from_address(self.address + SPIN).value = _calibrate(relax)
         self.lock = threading.Lock()  # one launch at a time
         self.tids: list[int] = []
+        self.steering: dict[str, Any] = {}  # llvm_runtime._steer's memory of the last steer
         self.threads = [threading.Thread(target=self._serve, name=f"kdsl-native-{i}",
                                          daemon=True) for i in range(nthreads - 1)]
         for t in self.threads:
@@ -352,20 +353,23 @@ def _calibrate(relax: Any) -> int:
 
 _STATE: dict[str, Any] = {}
 _LOCK = threading.Lock()
+#: (LLVM IR text, function names) -> (engine, {name: address}): set by backends/llvm.py, which
+#: owns the JIT and its lock (this module cannot import it: llvm.py imports the runtime)
+COMPILE: list[Any] = []
 
 
-def pool(nthreads: int, engine_factory: Any) -> NativePool | None:
-    """The process's native pool (built on first use, again after a fork), or None where it
-    is off or could not be built."""
+def pool(nthreads: int) -> NativePool | None:
+    """The process's native pool (built on first use, again after a fork; `KDSL_NATIVE_POOL`
+    is read then), or None where it is off or could not be built."""
     st = _STATE
     if st.get("pid") == os.getpid():
         return st["pool"]
     with _LOCK:
         if st.get("pid") != os.getpid():
             built = None
-            if enabled() and nthreads > 1:
+            if enabled() and nthreads > 1 and COMPILE:
                 try:
-                    built = NativePool(nthreads, engine_factory)
+                    built = NativePool(nthreads, COMPILE[0])
                 except Exception:  # noqa: BLE001 - no pool: the Python one serves
                     built = None
             if built is not None and not st.get("atexit"):

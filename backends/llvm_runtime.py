@@ -148,7 +148,6 @@ def _pool() -> ThreadPoolExecutor:
         if _POOL.get("pid") != os.getpid():
             _POOL["tids"] = []  # native thread ids of the workers (`_register_worker`)
             _POOL["steered"] = (-1, 0)  # (caller's CPU, workers) of the last `_steer`
-            _NATIVE_STEER.clear()
             _POOL["pool"] = ThreadPoolExecutor(max_workers=workers(),
                                                thread_name_prefix="kdsl-llvm",
                                                initializer=_register_worker)
@@ -214,26 +213,17 @@ _LIMIT = 1 << 31
 _CHUNKS_PER_WORKER = 4
 
 
-#: the engine builder of the native pool: (LLVM IR text, function names) -> (engine,
-#: {name: address}); set by backends/llvm.py, which owns the JIT and its lock
-ENGINE_FACTORY: list[Any] = []
-
-
 def _native(address: int, alone: float | None) -> llvm_pool.NativePool | None:
     """The native pool, locked for this launch, when it may run it: the grid function's
     address is known and its last measured one-thread time `alone` says the launch is short
     (llvm_pool.NATIVE_MAX_SECONDS of wall time); None otherwise (the Python pool runs it)."""
-    if not address or alone is None or alone / _WORKERS > llvm_pool.NATIVE_MAX_SECONDS \
-            or not ENGINE_FACTORY:
+    if not address or alone is None or alone / _WORKERS > llvm_pool.NATIVE_MAX_SECONDS:
         return None
-    pool = llvm_pool.pool(_WORKERS, ENGINE_FACTORY[0])
+    pool = llvm_pool.pool(_WORKERS)
     if pool is None or not pool.lock.acquire(blocking=False):
         return None
-    _steer(pool.tids, _NATIVE_STEER)
+    _steer(pool.tids, pool.steering)
     return pool
-
-
-_NATIVE_STEER: dict[str, Any] = {}
 
 
 def run_grid(fn: Any, packed: bytes, grid: tuple[int, int, int], address: int = 0,

@@ -197,11 +197,17 @@ def _rows(table: dict[str, list[Row]], backend: str) -> list[Row]:
 
 def pick(table: dict[str, list[Row]], backend: str, size: int) -> dict[str, Any]:
     """Meta-parameters of the first row of `table[backend]` (else "default") covering `size`."""
-    rows = _rows(table, backend)
-    for bound, meta in rows:
-        if size <= bound:
-            return dict(meta)
-    return dict(rows[-1][1])
+    return dict(_covering(_rows(table, backend), size))
+
+
+def _covering(rows: list[Row], size: int) -> dict[str, Any]:
+    """The meta of the first of `rows` whose bound covers `size` (else the last row's)."""
+    return next((meta for bound, meta in rows if size <= bound), rows[-1][1])
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def candidates(table: dict[str, list[Row]], backend: str) -> list[dict[str, Any]]:
@@ -223,7 +229,7 @@ def row_height(M: int, backend: str) -> int:
     """The tallest BLOCK_M a problem of M rows needs: the smallest power of two >= M, not below
     the backend's MIN_BLOCK_M."""
     floor = next(MIN_BLOCK_M[k] for k in profiles(backend) if k in MIN_BLOCK_M)
-    return max(floor, 1 << max(M - 1, 0).bit_length())
+    return max(floor, _pow2(M))
 
 
 def fit_rows(meta: dict[str, Any], M: int, backend: str) -> dict[str, Any]:
@@ -243,7 +249,7 @@ def norm_block(backend: str, n: int, dtype: str) -> tuple[int, bool]:
     """(BLOCK, whether the row is walked in steps of it) for a norm over rows of `n`."""
     whole = _row(NORM_ROW_MAX, backend) if dtype == "float32" else FUSED_ROW_MAX
     if n <= whole:
-        return 1 << max(n - 1, 0).bit_length(), False
+        return _pow2(n), False
     return _row(NORM_LOOP_BLOCK, backend), True
 
 
@@ -253,10 +259,7 @@ def scratch_row_block(backend: str, n: int) -> int | None:
     rows = _rows(SCRATCH_ROW, backend)
     if not rows or n < SCRATCH_ROW_MIN:
         return None
-    step = next((meta["BLOCK"] for bound, meta in rows if n <= bound), rows[-1][1]["BLOCK"])
-    # a row shorter than the step gets a step of its own power of two: the masked last
-    # step costs a whole step's work (a 4 x 8 softmax: 1.7 us per row at 64, 20 us a call)
-    return min(step, 1 << max(n - 1, 0).bit_length())
+    return _covering(rows, n)["BLOCK"]
 
 
 # Extra candidates the matmul autotuner tries beside the table rows (docs/kernels.md): the
