@@ -56,8 +56,10 @@ UNROLL_MAX = 16
 #: Element loops shorter than this are left to the compiler's cost model: LLVM unrolls a short
 #: constant loop fully before it vectorises (the forced width then has nothing to act on and
 #: clang says so, "unsupported transformation ordering"), and forcing skips the cost model.
-#: Marking the 64-iteration tile loops too (attention's) measured no gain above the noise.
-PARALLEL_MIN_TRIP = 128
+#: 64 takes in the attention's 64-wide tile loops: once its exp was `kd_exp_float32` (branch
+#: free) PoCL vectorised them 8 wide by its cost model, 16 wide when forced: 4.46-4.50 ->
+#: 3.96-4.08 ms at 8 x 512 x 64 (llvm 2.8 ms; Emerald Rapids, 2026-12-03).
+PARALLEL_MIN_TRIP = 64
 #: Register arrays of at least this many bytes start on a cache line in one-thread code, as
 #: on the llvm backend (backends/llvm.py ARRAY_ALIGN): their vector loads and stores then never
 #: split across two lines.  The generated matmul 512^3 kernel on one PoCL thread: 10.5-12.4

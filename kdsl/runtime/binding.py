@@ -46,6 +46,7 @@ from kdsl.ir import types as T
 
 from .annotations import annotation_type, convert_scalar
 from .dtype_views import DTypeView, bfloat16_view, float8_view  # noqa: F401  (old spellings)
+from .registry import dlpack_owner, owner_of
 from .views import is_torch, strided_span, torch_host
 
 _MISSING = object()
@@ -295,8 +296,6 @@ def _dlpack(name: str, v: Any) -> tuple[str, BoundArg, None]:
         except Exception as e:
             raise TypeError(f"argument {name!r}: __dlpack_device__() failed: {e}") from None
         if dev_type != 1:  # not kDLCPU: a device backend's, else nobody's
-            from .registry import dlpack_owner
-
             owner = dlpack_owner(dev_type)
             if owner is not None:
                 return _device_dlpack(name, v, owner)
@@ -351,9 +350,11 @@ def _bind_other(name: str, v: Any) -> tuple[str, BoundArg, str | None]:
                             f"{v.dtype.itemsize}-byte elements")
         ba.dtype = v.dtype
         return "*" + v.dtype.name, ba, owner
-    if str(getattr(v, "dtype", "")) in _TORCH_FP8 and hasattr(v, "view"):
+    dt = getattr(v, "dtype", None)
+    # a device array's NumPy dtype is never torch's: its str() costs microseconds per launch
+    if dt is not None and not isinstance(dt, np.dtype) and str(dt) in _TORCH_FP8 \
+            and hasattr(v, "view"):
         return _torch_float8(name, v)
-    from .registry import owner_of
     owner = owner_of(v)
     if owner is not None:
         return _device_array(name, v, owner)

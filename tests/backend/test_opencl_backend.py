@@ -289,8 +289,13 @@ def test_one_thread_exp_is_the_llvm_backends_bit_for_bit():
     be = OpenCLBackend()
     if be.lowering() != "one-thread":
         pytest.skip("work-group lowering: OpenCL's built-in exp")
-    x = np.concatenate([RNG.uniform(-160, 100, 3000), [-87.5, -103.9, -149.5, -150.0, 88.8,
-                        np.inf, -np.inf, np.nan, 0.0, -0.0]]).astype(np.float32)
+    # (j - 0.5) ln 2 and its float neighbours put x log2(e) + 0.5 on and next to the integer j,
+    # where the floor of the range reduction changes
+    edge = ((np.arange(-150, 129) - 0.5) * math.log(2)).astype(np.float32)
+    x = np.concatenate([RNG.uniform(-160, 100, 3000), edge, np.nextafter(edge, np.float32(-1e9)),
+                        np.nextafter(edge, np.float32(1e9)),
+                        [-87.5, -103.9, -149.5, -150.0, 88.8, np.inf, -np.inf, np.nan, 0.0,
+                         -0.0]]).astype(np.float32)
     outs = {}
     for backend in ("opencl", "llvm"):
         if backend not in kd.available_backends():

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 from kdsl.backends.c_like import emit
-from kdsl.backends.c_simd import SIMD_HINT, divisor, plan, unit_stride
+from kdsl.backends.c_simd import PARALLEL_MIN_TRIP, SIMD_HINT, divisor, plan, unit_stride
 from kdsl.backends.opencl import ONE_THREAD_CAPS, opencl_dialect
 
 import kdsl as kd
@@ -146,7 +146,9 @@ def test_element_loops_marked_only_without_carried_scalars():
     # a serial float sum: forcing a width would let the compiler reassociate it
     serial = loop.For(j, c(0), c(256), c(1), [
         loop.Assign(acc, loop.Binary("add", acc, loop.Index(b, j)))])
-    short = loop.For(j, c(0), c(64), c(1), [loop.ArrayStore(a, j, loop.Index(b, j))])
+    # shorter than PARALLEL_MIN_TRIP: left to the compiler's cost model
+    short = loop.For(j, c(0), c(PARALLEL_MIN_TRIP // 2), c(1),
+                     [loop.ArrayStore(a, j, loop.Index(b, j))])
     k = loop.Kernel("k", [], [elementwise, serial, short], variables=[j, acc, t],
                     arrays=[a, b], threads=1)
     p = plan(k, 16)
