@@ -1,6 +1,7 @@
 """Library attention: a causal grouped-query prefill (8 query heads, 2 kv heads, 16 new tokens
 after a 48-token prefix), then one decode step over a paged KV cache, on every available
-backend against the float64 references.
+backend against the float64 references, naming the decode kernel each backend ran (on CPUs one
+program per kv head serves its 4 query heads: each cache block is read once for the group).
 
     python examples/kernels_attention.py
 """
@@ -10,6 +11,7 @@ import numpy as np
 from kdsl.kernels import reference as R
 
 import kdsl as kd
+from kdsl.runtime.launches import record_launches
 
 
 def main() -> None:
@@ -24,10 +26,12 @@ def main() -> None:
     dq = rng.standard_normal((B, H, D)).astype(np.float32)
     for backend in kd.available_backends():
         o = K.attention(q, k, v, causal=True, backend=backend)
-        d = K.decode_attention(dq, kc, vc, table, lens, backend=backend)
+        with record_launches() as launches:
+            d = K.decode_attention(dq, kc, vc, table, lens, backend=backend)
         print(f"{backend:7s} causal GQA prefill: max abs error "
               f"{np.abs(o - R.attention(q, k, v, causal=True)).max():.2e};  paged decode: "
-              f"{np.abs(d - R.decode_attention(dq, kc, vc, table, lens)).max():.2e}")
+              f"{np.abs(d - R.decode_attention(dq, kc, vc, table, lens)).max():.2e} "
+              f"({launches[0].jit.fn.__name__})")
     bad = table.copy()
     bad[1, 3] = 20
     try:

@@ -9,16 +9,19 @@ exp(m_old - m_new) (online softmax): the seq_q x seq_k score matrix never exists
 masking is aligned to the end, as in inference with a prefix already cached: query i sees keys
 j <= i + (seq_k - seq_q); causal needs seq_q <= seq_k so that every query sees a key.  The key
 loop stops at the last key the block's last query sees, so fully masked key tiles are never
-loaded.  dim need not be a power of two (the tile is padded and masked).  q, k and v are read through
-their batch, head and sequence strides (the head dim adjacent): `x.transpose(1, 2)` of a
+loaded.  dim need not be a power of two (the tile is padded and masked).  q, k and v are read
+through their batch, head and sequence strides (the head dim adjacent): `x.transpose(1, 2)` of a
 [batch, seq, heads, dim] tensor is read in place; the output is contiguous.
 
 decode_attention: one query token per sequence, q [batch, heads, dim]; caches
 [num_blocks, block_size, kv_heads, dim] (vLLM layout); block_table [batch, max_blocks] int32
 maps a sequence's logical block i to a cache block; seq_lens [batch] int32.  One program per
 (sequence, head) loops over the sequence's blocks through the table, one cache block (a tile
-of block_size tokens) per step, with the same online softmax.  A sequence of length 0 gives a
-zero output.  NumPy tables are checked before the launch (a ValueError names the entry); device
+of block_size tokens) per step, with the same online softmax.  On CPU profiles, where a query
+head group (heads // kv_heads) is at least `configs.DECODE_GROUP_MIN`, one program per
+(sequence, kv head) serves the whole group instead (`paged_decode_grouped_kernel`): each cache
+block is read once per group, and the scores and output are dots.  A sequence of length 0 gives
+a zero output.  NumPy tables are checked before the launch (a ValueError names the entry); device
 tables (CuPy, OpenCL, torch CUDA) are not copied to the host for that, so a decode step does not
 synchronise: the kernel clamps a length to [0, max_blocks * block_size] and reads nothing
 through a block id outside the cache (those tokens are masked off).
@@ -139,6 +142,50 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, 
     kd.store(o_ptr + (seq * heads + head) * dim + offs_d, out, mask=d_mask)
 
 
+@kd.jit
+def paged_decode_grouped_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, dim,
+                                max_blocks, num_blocks, scale, BLOCK_SIZE, GROUP,
+                                BLOCK_G: kd.constexpr, BLOCK_T: kd.constexpr,
+                                BLOCK_D: kd.constexpr):
+    # One program per (sequence, kv head) for all GROUP query heads reading that kv head
+    # (grouped-query attention): each cache block is read once for the group, not once per
+    # query head, and the scores and the output update are dots of the [GROUP, dim] query
+    # tile with the block's keys and values.
+    seq = kd.program_id(0).to(kd.int64)  # bases may pass 2**31 (kernels/_index.py)
+    kv_head = kd.program_id(1)
+    kv_heads = heads // GROUP
+    offs_g = kd.arange(0, BLOCK_G)
+    offs_d = kd.arange(0, BLOCK_D)
+    offs_t = kd.arange(0, BLOCK_T)
+    d_mask = offs_d < dim
+    rows = (seq * heads + kv_head * GROUP + offs_g)[:, None] * dim + offs_d[None, :]
+    q_mask = (offs_g < GROUP)[:, None] & d_mask[None, :]
+    q = kd.load(q_ptr + rows, mask=q_mask, other=0.0).to(kd.float32) * scale
+    seq_len = kd.minimum(kd.maximum(kd.load(lens_ptr + seq), 0), max_blocks * BLOCK_SIZE)
+    m_i = kd.full((BLOCK_G,), -float("inf"), kd.float32)
+    l_i = kd.zeros((BLOCK_G,), kd.float32)
+    acc = kd.zeros((BLOCK_G, BLOCK_D), kd.float32)
+    row_stride = kv_heads * dim
+    for blk in range(kd.cdiv(seq_len, BLOCK_SIZE)):
+        phys = kd.load(table_ptr + seq * max_blocks + blk)
+        tok = blk * BLOCK_SIZE + offs_t
+        t_mask = (offs_t < BLOCK_SIZE) & (tok < seq_len) & (phys >= 0) & (phys < num_blocks)
+        base = phys.to(kd.int64) * BLOCK_SIZE * row_stride + kv_head * dim
+        offs = offs_t[:, None] * row_stride + offs_d[None, :]
+        mask = t_mask[:, None] & d_mask[None, :]
+        k = kd.load(k_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
+        v = kd.load(v_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
+        s = kd.where(t_mask[None, :], kd.dot(q, kd.trans(k)), -float("inf"))
+        m_new = kd.maximum(m_i, kd.max(s, axis=1))
+        p = kd.exp(s - m_new[:, None])
+        alpha = kd.exp(m_i - m_new)
+        l_i = l_i * alpha + kd.sum(p, axis=1)
+        acc = kd.dot(p, v, acc * alpha[:, None])
+        m_i = m_new
+    out = kd.where(l_i[:, None] > 0.0, acc / kd.maximum(l_i, 1e-30)[:, None], 0.0)
+    kd.store(o_ptr + rows, out, mask=q_mask)
+
+
 def _scale(scale: Any, dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(dim) if dim else 1.0
@@ -231,6 +278,14 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_l
     if B * H * D == 0:
         return result(out)
     meta = configs.pick(configs.DECODE, be, D)
+    group = H // KVH
+    if configs.decode_grouped(be, group):
+        paged_decode_grouped_kernel[(B, KVH)](
+            q_.kernel_arg, kc.kernel_arg, vc.kernel_arg, table.data, lens.data,
+            out.kernel_arg, H, D, max(1, max_blocks), NB, s, BS, group,
+            BLOCK_G=next_pow2(group), BLOCK_T=next_pow2(BS), BLOCK_D=max(16, next_pow2(D)),
+            backend=be, **meta)
+        return result(out)
     paged_decode_kernel[(B, H)](q_.kernel_arg, kc.kernel_arg, vc.kernel_arg, table.data,
                                 lens.data, out.kernel_arg, H, KVH, D, max(1, max_blocks), NB, s,
                                 BS,

@@ -161,6 +161,19 @@ DECODE: dict[str, list[Row]] = {
 
 DECODE["simt-cpu"] = [(INF, {"num_warps": 1})]
 
+#: The smallest query-head group (heads // kv_heads) that decode_attention serves with one
+#: program per (sequence, kv head) (`paged_decode_grouped_kernel`: a cache block read once
+#: per group, not once per query head) on each profile; absent: one program per query head.
+DECODE_GROUP_MIN: dict[str, int] = {"cpu": 2}
+
+
+def decode_grouped(backend: str, group: int) -> bool:
+    """Whether decode_attention on `backend` runs the grouped kernel for `group` query heads
+    per kv head."""
+    least = next((DECODE_GROUP_MIN[k] for k in profiles(backend) if k in DECODE_GROUP_MIN),
+                 None)
+    return least is not None and group >= least
+
 
 #: backend instance -> its `profiles` (asked on every library call: kept per instance)
 _PROFILES: dict[Any, tuple[str, ...]] = {}

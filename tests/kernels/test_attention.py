@@ -5,9 +5,10 @@ bad inputs (including a block table pointing past the cache)."""
 import numpy as np
 import pytest
 from kcases import DTYPES, check, rand, skip_heavy
-from kdsl.kernels import attention, decode_attention
+from kdsl.kernels import attention, configs, decode_attention
 from kdsl.kernels import reference as R
 
+from kdsl.runtime.launches import record_launches
 from kdsl.testing import assert_close
 
 # (batch, heads, kv_heads, seq_q, seq_k, dim, causal)
@@ -75,6 +76,41 @@ def test_decode_odd_block_size(backend, rng):
     q = rand(rng, (2, 3, 8), "float32")
     o = decode_attention(q, kc, vc, table, lens, scale=0.5, backend=backend)
     assert_close(o, R.decode_attention(q, kc, vc, table, lens, scale=0.5), k=13)
+
+
+# (heads, kv_heads, block_size, dim): groups of 1, 2, 3 (padded to 4) and 8 query heads
+GROUPS = [(4, 4, 16, 20), (4, 2, 16, 20), (6, 2, 5, 8), (8, 1, 16, 32)]
+
+
+@pytest.mark.parametrize("heads,kv_heads,block_size,dim", GROUPS)
+def test_decode_groups_follow_the_table(backend, rng, heads, kv_heads, block_size, dim):
+    """A query-head group of at least configs.DECODE_GROUP_MIN runs one program per
+    (sequence, kv head) (each cache block read once for the group); otherwise one per query
+    head.  Ragged and empty sequences, odd block sizes and head dims."""
+    kc, vc, table, lens = paged(rng, "float32", [5, 0, 40, 17], block_size=block_size,
+                                kv_heads=kv_heads, dim=dim, num_blocks=40)
+    q = rand(rng, (4, heads, dim), "float32")
+    with record_launches() as launches:
+        o = decode_attention(q, kc, vc, table, lens, scale=0.3, backend=backend)
+    grouped = configs.decode_grouped(backend, heads // kv_heads)
+    assert [ln.jit.fn.__name__ for ln in launches] == [
+        "paged_decode_grouped_kernel" if grouped else "paged_decode_kernel"]
+    assert_close(o, R.decode_attention(q, kc, vc, table, lens, scale=0.3), k=40)
+    assert (o[1] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_grouped_kernel_on_every_backend(backend, rng, dtype, monkeypatch):
+    """The grouped kernel itself (forced on every profile), in every dtype."""
+    skip_heavy(backend, dtype)
+    monkeypatch.setattr(configs, "DECODE_GROUP_MIN", {"default": 2})
+    kc, vc, table, lens = paged(rng, dtype, [5, 40, 0, 16], kv_heads=2)
+    q = rand(rng, (4, 6, 20), dtype)
+    with record_launches() as launches:
+        o = decode_attention(q, kc, vc, table, lens, backend=backend)
+    assert [ln.jit.fn.__name__ for ln in launches] == ["paged_decode_grouped_kernel"]
+    check(o, R.decode_attention(q, kc, vc, table, lens), dtype, k=40, k_out=2)
+    assert (R.to_float64(o)[2] == 0).all()
 
 
 def test_decode_bad_inputs(rng):
