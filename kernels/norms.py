@@ -46,6 +46,10 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, x_row_stride, eps, BLOCK: k
     acc2 = kd.zeros((BLOCK,), kd.float32)
     for off in range(0, N, BLOCK):
         cols = off + kd.arange(0, BLOCK)
+        # the next row's input and output lines, fetched while this row computes (hints:
+        # past the last row nothing is read, nothing faults)
+        kd.prefetch(x_ptr + x_row_stride + cols)
+        kd.prefetch(y_ptr + N + cols)
         x = kd.load(x_ptr + cols, mask=cols < N, other=0.0).to(kd.float32)
         d = kd.where(cols < N, x - mean, 0.0)
         acc2 += d * d
@@ -73,6 +77,8 @@ def rms_norm_kernel(x_ptr, w_ptr, y_ptr, N, x_row_stride, eps, BLOCK: kd.constex
     for off in range(0, N, BLOCK):
         cols = off + kd.arange(0, BLOCK)
         mask = cols < N
+        kd.prefetch(x_ptr + x_row_stride + cols)  # the next row, as in layer_norm_kernel
+        kd.prefetch(y_ptr + N + cols)
         w = kd.load(w_ptr + cols, mask=mask, other=0.0).to(kd.float32)
         x = kd.load(x_ptr + cols, mask=mask, other=0.0).to(kd.float32)
         kd.store(y_ptr + cols, x * rstd * w, mask=mask)

@@ -96,6 +96,11 @@ def softmax_scratch_kernel(x_ptr, y_ptr, n_cols, x_row_stride, BLOCK: kd.constex
     acc = kd.zeros((BLOCK,), kd.float32)
     for off in range(0, n_cols, BLOCK):
         cols = off + kd.arange(0, BLOCK)
+        # the next row (the next program on this thread) is fetched while this one computes:
+        # its input for the max pass, its output lines for the stores (a hint: the last row's
+        # lines past the end are never read, nothing faults)
+        kd.prefetch(x_ptr + x_row_stride + cols)
+        kd.prefetch(y_ptr + n_cols + cols)
         num = kd.exp(kd.load(x_ptr + cols, mask=cols < n_cols, other=-float("inf")) - m)
         acc += num
         kd.store(y_ptr + cols, num, mask=cols < n_cols)

@@ -615,13 +615,13 @@ _HANDLERS: dict[str, Callable] = {
     "num_programs": _h_num_programs, "load": _h_load, "store": _h_store,
     "atomic_rmw": _h_atomic, "atomic_cas": _h_atomic, "for": _h_for, "while": _h_while,
     "if": _h_if, "barrier": _h_barrier, "print": _h_print, "assert": _h_assert,
-    "breakpoint": _h_breakpoint,
+    "breakpoint": _h_breakpoint, "prefetch": lambda op, ins, m: [],  # a hint: nothing runs
 }
 
 # Ops `evaluate` accepts: no memory, no regions, no program state.
 PURE_KINDS = frozenset(_HANDLERS) - {
     "load", "store", "atomic_rmw", "atomic_cas", "for", "while", "if", "program_id",
-    "num_programs", "ptr_to_int", *tile.DEBUG_OPS
+    "num_programs", "ptr_to_int", *tile.DEBUG_OPS, *tile.HINT_OPS
 }
 
 

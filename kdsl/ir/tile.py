@@ -44,6 +44,7 @@ Ops (operands in order; `attrs` in braces; every value has a `TileType`):
                                                inserted by checked mode, kdsl/passes/checks.py)
   load             (ptr[, mask, other])     {volatile?} -> elements at ptr (other where mask false)
   store            (ptr, value[, mask])     -> no result
+  prefetch         (ptr[, mask])            -> no result; a hint, no semantics (HINT_OPS)
   atomic_rmw       (ptr, value[, mask])     {op, sem, scope} -> old values; op in add max min
                                                and or xor xchg (semantics: kdsl/ir/atomics.py)
   atomic_cas       (ptr, cmp, value[, mask]) {sem, scope} -> old values; writes value where
@@ -142,6 +143,9 @@ MEM_SEMANTICS = ("acq_rel", "acquire", "release", "relaxed")  # Triton's; defaul
 MEM_SCOPES = ("gpu", "cta", "sys")
 # Ops that write memory (their first operand is the pointer).
 SIDE_EFFECTS = frozenset({"store"}) | ATOMIC_OPS
+# Hints: no result and no semantics (a prefetch reads nothing and cannot fault), never removed
+# or merged; a target without the capability drops them (kdsl/lowering/prefetch.py).
+HINT_OPS = frozenset({"prefetch"})
 # Debugging ops: no result, never removed or merged (docs/debugging.md).
 DEBUG_OPS = frozenset({"barrier", "print", "assert", "breakpoint"})
 TERMINATORS = frozenset({"yield", "condition"})
@@ -438,6 +442,10 @@ def _verify_op(op: Op) -> None:
             _check(op.attrs.get("sem") in MEM_SEMANTICS
                    and op.attrs.get("scope") in MEM_SCOPES, op, "atomic sem/scope")
             _check(k == "atomic_cas" or op.attrs.get("op") in ATOMIC_RMW_OPS, op, "atomic op")
+    elif k in HINT_OPS:
+        _check(not outs and ins and ins[0].type.is_ptr, op, "prefetch takes pointers")
+        _check(len(ins) == 1 or (len(ins) == 2 and ins[1].type == TileType(ins[0].shape, int1)),
+               op, "prefetch mask")
     elif k in DEBUG_OPS:
         _check(not outs, op, "debug ops have no result")
         if k == "assert":

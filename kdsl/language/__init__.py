@@ -3,19 +3,13 @@
 
 from __future__ import annotations
 
-from .block_ptr import tensor_descriptor
 from . import extra, math, target_info
+from .block_ptr import tensor_descriptor
 from .core import (
     TRITON_MAX_TENSOR_NUMEL,
     PropagateNan,
-    add,
-    condition,
-    mul,
-    next_power_of_2,
-    pi32_t,
-    slice,
-    sub,
     abs,
+    add,
     advance,
     arange,
     argmax,
@@ -38,6 +32,7 @@ from .core import (
     cdiv,
     ceil,
     clamp,
+    condition,
     constexpr,
     cos,
     cumprod,
@@ -50,21 +45,21 @@ from .core import (
     exp,
     exp2,
     expand_dims,
+    flip,
     float8e4b8,
     float8e4b15,
     float8e4nv,
     float8e5,
     float8e5b16,
-    flip,
     float16,
     float32,
     float64,
     floor,
     fma,
     full,
-    inline_asm_elementwise,
     gather,
     histogram,
+    inline_asm_elementwise,
     int1,
     int8,
     int16,
@@ -84,10 +79,14 @@ from .core import (
     maximum,
     min,
     minimum,
+    mul,
     multiple_of,
+    next_power_of_2,
     num_programs,
     permute,
+    pi32_t,
     pointer_type,
+    prefetch,
     program_id,
     range,
     ravel,
@@ -97,6 +96,7 @@ from .core import (
     rsqrt,
     sigmoid,
     sin,
+    slice,
     softmax,
     split,
     sqrt,
@@ -105,6 +105,7 @@ from .core import (
     static_range,
     store,
     store_tensor_descriptor,
+    sub,
     sum,
     tanh,
     trans,
@@ -118,16 +119,8 @@ from .core import (
     zeros,
     zeros_like,
 )
-from .type_objects import (
-    block_type,
-    const,
-    constexpr_type,
-    dtype,
-    tensor,
-    tuple,
-    tuple_type,
-    void,
-)
+from .elementwise_map import map_elementwise
+from .math import div_rn, fdiv, sqrt_rn, umulhi
 from .random import (
     pair_uniform_to_normal,
     philox,
@@ -140,11 +133,19 @@ from .random import (
     randn4x,
     uint_to_uniform_float,
 )
-from .standard import bitonic_merge, sort, swizzle2d, topk
 from .scaled_dot import dot_scaled
 from .sparse_dot import sparse_dot
-from .elementwise_map import map_elementwise
-from .math import div_rn, fdiv, sqrt_rn, umulhi
+from .standard import bitonic_merge, sort, swizzle2d, topk
+from .type_objects import (
+    block_type,
+    const,
+    constexpr_type,
+    dtype,
+    tensor,
+    tuple,
+    tuple_type,
+    void,
+)
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # indexing
@@ -152,7 +153,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/language.md)
     # creation
     "zeros", "zeros_like", "full",
     # memory
-    "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or",
+    "load", "store", "prefetch", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or",
     "atomic_xor", "atomic_xchg", "atomic_cas", "make_block_ptr", "advance",
     "make_tensor_descriptor", "load_tensor_descriptor", "store_tensor_descriptor",
     "tensor_descriptor",

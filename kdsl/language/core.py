@@ -254,6 +254,18 @@ def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", evict
     return semantic.store(_builder, pointer, value, mask)
 
 
+@builtin
+def prefetch(pointer, mask=None, _builder=None):
+    """A hint that the elements at `pointer` will be read soon: on CPU targets each cache line
+    they lie on is fetched into the cache ahead (`prefetcht1` on x86), so that a kernel can
+    ask for the data of its next step (another program's row) while it computes this one.
+    No semantics: nothing is read, no address can fault (masked-off and out-of-bounds lanes
+    included; `mask` is accepted for symmetry with `load` and only narrows the hint), and
+    targets without prefetch drop it.  Not in Triton: a kernel that calls it runs
+    unchanged on every kdsl backend."""
+    return semantic.prefetch(_builder, pointer, mask)
+
+
 def _atomic(op: str, doc: str) -> Callable:
     def fn(pointer, val, mask=None, sem=None, scope=None, _builder=None):
         return semantic.atomic_rmw(_builder, op, pointer, val, mask, sem, scope)

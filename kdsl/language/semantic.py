@@ -645,6 +645,16 @@ def store(b, ptr: Operand, value: Operand, mask: Operand = None) -> None:
     b.op("store", _store_operands(b, "store", ptr, value, mask), None)
 
 
+def prefetch(b, ptr: Operand, mask: Operand = None) -> None:
+    """A hint op: the pointer (and mask) at one shape; no value, nothing read."""
+    ptr = _pointer_arg(ptr, "prefetch")
+    shp = ptr.shape if mask is None else broadcast_shapes(ptr.shape, shape(mask))
+    ops = [broadcast_to(b, ptr, shp)]
+    if mask is not None:
+        ops.append(_mask_arg(b, mask, shp))
+    b.op("prefetch", ops, None)
+
+
 def _atomic_attrs(what: str, sem: Any, scope: Any) -> dict[str, str]:
     """Memory semantics and scope of an atomic: Triton's names, defaults acq_rel and gpu.
     Backends emit code at least as strong as asked (docs/language.md)."""

@@ -49,6 +49,8 @@ class Group:
     # Nested loops (a target with `tile_loops`, several dims): the dims and their variables.
     dims: tuple[int, ...] = ()
     loops: tuple[Var, ...] = ()
+    # Step of the innermost element loop (a prefetch group visits one element per cache line)
+    step: int = 1
 
 
 class LoweringContext(Protocol):

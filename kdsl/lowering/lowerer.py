@@ -99,6 +99,7 @@ from .gather import lower_gather, lower_histogram, lower_unsplat, slice_coords, 
 from .hoist_barriers import hoist_barriers
 from .legalize import legalize
 from .mask_version import version_masks
+from .prefetch import lower_prefetch
 from .reduce import accumulator_types, lower_reduce
 from .reduce_warp import SIMULATIONS as WARP_SIMULATIONS
 from .reduce_warp import warp_reduce
@@ -306,12 +307,13 @@ class Lowerer:
                 body = [Assign(g.k, ix.nested_flat(g.loops, g.dims))] + body
             else:
                 self.variables.remove(g.k)
-            for var, d in reversed(list(zip(g.loops, g.dims))):
-                body = [For(var, ix.c32(0), ix.c32(d), ix.c32(1), body)]
+            steps = [1] * (len(g.dims) - 1) + [g.step]
+            for var, d, st in reversed(list(zip(g.loops, g.dims, steps))):
+                body = [For(var, ix.c32(0), ix.c32(d), ix.c32(st), body)]
             self.out.extend(body)
             return
         if g.vec is None:
-            self.out.append(For(g.k, ix.c32(0), ix.c32(g.s), ix.c32(1), body))
+            self.out.append(For(g.k, ix.c32(0), ix.c32(g.s), ix.c32(g.step), body))
             return
         # Vector accesses: a loop over runs of `width` slots around the lane loop.
         v = g.vec
@@ -1022,6 +1024,7 @@ _SPECIAL = {
     "for": lower_for, "while": lower_while, "if": lower_if,
     "reduce": _lower_reduce, "scan": lower_scan, "dot": _lower_dot, **DEBUG_LOWERINGS,
     "sparse_dot": _lower_sparse_dot,  # mma.sp, the CPU micro-kernel or generic (dot.py)
+    "prefetch": lower_prefetch,  # kd.prefetch: hints, one per cache line (prefetch.py)
     "gather": lower_gather, "histogram": lower_histogram,
     "reshape": lower_unsplat,  # the only reshape not an alias: a one-element tile to a scalar
 }

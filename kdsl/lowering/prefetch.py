@@ -25,12 +25,21 @@ addresses while the current one computes:
 A prefetch has no semantics (it may name any address, it never faults, it changes no value),
 so every placement is correct and the rewrite only moves time; backends without the
 capability never see the statement.
+
+`kd.prefetch(ptrs, mask)` asks for hints where no loop rewrite can see the need: the next
+*program's* data (a row kernel's next row, fetched while this row computes).  `lower_prefetch`
+gives it an element loop of its own that visits one element per cache line along the tile's
+last axis (the addresses of a row of a tile are adjacent in every kernel that prefetches; where
+they are not, fewer lines are hinted, which is still correct).  The mask is not needed: a hint
+never faults.  Targets without the capability, or with several threads per program, drop it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import fields
+from math import prod
+from typing import Any
 
 from kdsl.ir.loop import (Assign, Binary, Cast, Const, Expr, For, If, Load, Prefetch, PtrAdd,
                           Special, Stmt, Type, Var, While, map_operands)
@@ -295,3 +304,24 @@ def _unit_trips(s: For) -> int:
     """Iterations of a loop with constant bounds and a positive step (0 otherwise)."""
     lo, hi, st = _const(s.lo), _const(s.hi), _const(s.step)
     return 0 if None in (lo, hi, st) or st <= 0 else max(0, (hi - lo + st - 1) // st)
+
+
+def lower_prefetch(L: Any, op: Any) -> None:
+    """`kd.prefetch`: a `Prefetch` per cache line of the pointer tile (module docstring)."""
+    if "prefetch" not in L.target.caps or not L.target.one_thread_per_program:
+        return
+    ptr = op.operands[0]
+    if ptr.type.is_scalar:
+        L.close()
+        L.emit(Prefetch(L.scalar(ptr)))
+        return
+    L.close()  # a group of its own: its loop steps by a line, the others by an element
+    shape = ptr.shape
+    g = L.open_group(prod(shape), shape)
+    g.ops.add(id(op))
+    g.body.append(Prefetch(L.read(ptr)))
+    last = shape[-1] if shape else 1
+    g.step = max(1, min(LINE // ptr.type.elem.pointee.itemsize, last))
+    if not g.loops and last != prod(shape):
+        g.step = 1  # a flat loop over several rows: one hint per element keeps every row
+    L.close()

@@ -21,9 +21,9 @@ from .manager import resolve, use_counts
 
 #: Ops that must never be merged: memory access, side effects, control flow, terminators.
 NOT_CSE = (frozenset({"load", "for", "while", "if"}) | tile.SIDE_EFFECTS | tile.DEBUG_OPS
-           | tile.TERMINATORS)
+           | tile.HINT_OPS | tile.TERMINATORS)
 #: Ops that must never be removed even when unused.
-KEEP = tile.SIDE_EFFECTS | tile.DEBUG_OPS | tile.TERMINATORS
+KEEP = tile.SIDE_EFFECTS | tile.DEBUG_OPS | tile.HINT_OPS | tile.TERMINATORS
 
 
 def _attr_key(v: Any) -> Any:
