@@ -33,6 +33,27 @@ def users(fn: tile.Function, alias: dict[int, tile.Value]) -> dict[int, list[til
     return users
 
 
+def hint_only(fn: tile.Function, users: dict[int, list[tile.Op]]) -> set[int]:
+    """Ids of the values computed only for hints (`kd.prefetch` pointers): every user is a
+    hint op or yields only such values.  Rematerialised in the hint's own loop whatever their
+    size (computed once there either way), never stored for it."""
+    ops = list(fn.walk())
+    only: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for op in ops:
+            for r in op.results:
+                if r.id in only or not users.get(r.id):
+                    continue
+                if all(u.kind in tile.HINT_OPS or (u.results and all(x.id in only
+                                                                      for x in u.results))
+                       for u in users[r.id]):
+                    only.add(r.id)
+                    changed = True
+    return only
+
+
 def raw_pointer_loc(fn: tile.Function) -> tile.Loc | None:
     """Where the kernel first makes a pointer from an integer (None if it never does): such
     a pointer holds an address of the device's memory space, not an argument buffer."""

@@ -85,7 +85,7 @@ from kdsl.target import Target
 
 from . import fp8 as mem  # loads and stores (8-bit floats move as their codes)
 from . import index as ix
-from .analysis import ALIASES, addressed_operands, aliases, raw_pointer_loc, users
+from .analysis import ALIASES, addressed_operands, aliases, hint_only, raw_pointer_loc, users
 from .async_ring import pipeline_copies
 from .caps import check_target
 from .context import CoordMap, Group
@@ -161,6 +161,7 @@ class Lowerer:
         self.out: list[Stmt] = []
         self.alias = aliases(fn)
         self.users = users(fn, self.alias)
+        self._hint_only = hint_only(fn, self.users)
         self._remat: dict[int, frozenset[int] | None] = {}
         self._remat_loads: set[int] = set()  # ids of the loads that are rematerialised
         # Where each op sits: id(op) -> (its block, its index there); for `_load_remat_ok`.
@@ -481,8 +482,8 @@ class Lowerer:
                 ops = frozenset({id(op)}).union(*parts)
                 if op.kind == "load":
                     self._remat_loads.add(id(op))
-                if len(ops) > REMAT_LIMIT or (op.kind in COSTLY
-                                              and not self._remat_loads.isdisjoint(ops)):
+                big = len(ops) > REMAT_LIMIT and v.id not in self._hint_only
+                if big or (op.kind in COSTLY and not self._remat_loads.isdisjoint(ops)):
                     ops = None
         self._remat[v.id] = ops
         return ops

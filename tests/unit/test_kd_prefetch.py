@@ -12,6 +12,7 @@ import pytest
 import kdsl as kd
 from kdsl.errors import CompilationError
 from kdsl.ir import loop as L
+from kdsl.ir.types import PointerType
 from kdsl.lowering.prefetch import LINE
 
 
@@ -121,3 +122,26 @@ def test_example_runs(capsys):
     assert "results equal with and without kd.prefetch: False" not in out
     assert out.count("results equal with and without kd.prefetch: True") == len(
         kd.available_backends())
+
+
+@kd.jit
+def strip_ahead(w_ptr, y_ptr, N, K, BLOCK_R: kd.constexpr, BLOCK_N: kd.constexpr):
+    # a pointer tile of more ops than the lowering recomputes for values used twice
+    rn = kd.program_id(0) * BLOCK_N + kd.arange(0, BLOCK_N)
+    acc = kd.zeros((BLOCK_N,), kd.float32)
+    for k0 in range(0, K, BLOCK_R):
+        rows = k0 + kd.arange(0, BLOCK_R)
+        kd.prefetch(w_ptr + (rows + BLOCK_R)[:, None] * N + rn[None, :])
+        acc += kd.sum(kd.load(w_ptr + rows[:, None] * N + rn[None, :]), axis=0)
+    kd.store(y_ptr + rn, acc)
+
+
+def test_hint_addresses_are_computed_in_the_hint_loop():
+    """A pointer tile only a prefetch reads is recomputed in the hint's own loop, never
+    stored to an array of pointers for it (which cost more than the hints saved)."""
+    w = np.ones((64, 256), np.float32)
+    y = np.zeros(256, np.float32)
+    ck = strip_ahead[(2,)](w, y, 256, 64, BLOCK_R=16, BLOCK_N=128, backend="llvm")
+    np.testing.assert_array_equal(y, np.full(256, 64, np.float32))
+    assert not [a for a in ck.kernel.arrays if isinstance(a.dtype, PointerType)], ck.kernel.arrays
+    assert list(_prefetches(ck.kernel.body))
