@@ -218,6 +218,11 @@ class Backend(ABC):
         """"cpu" or "gpu": the kind of device kernels run on (tuning tables key on it)."""
         return "cpu"
 
+    def parallelism(self) -> int:
+        """Programs the device runs at once (a CPU backend's threads), 0 where it is not known
+        or not the measure (a GPU's occupancy): the library splits small grids by it."""
+        return 0
+
     # -- memory of a "device" backend ----------------------------------------------------------
 
     def allocate(self, nbytes: int) -> Any:

@@ -864,6 +864,9 @@ class LLVMBackend(Backend):
     def unavailable_reason(self) -> str:
         return "llvmlite could not create a native target"
 
+    def parallelism(self) -> int:
+        return workers()
+
     def devices(self) -> list[str]:
         import os
         import platform

@@ -374,6 +374,12 @@ class OpenCLBackend(Backend):
         dev = self._device()
         return "cpu" if dev is None or dev.type & cl.device_type.CPU else "gpu"
 
+    def parallelism(self) -> int:
+        """A one-thread (CPU device) lowering runs one program per compute unit at once."""
+        dev = self._device()
+        return int(dev.max_compute_units) if dev is not None and self.lowering() == "one-thread" \
+            else 0
+
     @property
     def caps(self) -> frozenset[str]:  # type: ignore[override]
         dev = self._device()

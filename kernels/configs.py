@@ -113,25 +113,41 @@ QUANT: dict[str, list[Row]] = {
                     "num_warps": 1})],
 }
 
-# M = 1 (quant.py `quant_matvec_kernel`, column sums of the scaled weight tile): on one-thread
-# CPU targets only (int4, K = N = 4096, Zen 5, 2 threads, interleaved).  Weights in cache
-# (back-to-back calls): 128 x 32 to 512 x 32 0.41-0.44 ms, the one-row dot 0.62 ms.  Weights
-# cold (a 64 MiB write between calls, as when decoding streams a model larger than the cache):
-# 512 x 64 0.60 ms, 512 x 32 0.63, 256 x 64 0.70, 128 x 32 1.25, BLOCK_K 16 2.0-2.2 (the
-# longer each row's strip, the better the hardware prefetchers follow it).  Below 4096
-# columns 128-wide programs keep 16 or more of them to share.  No prefetch hints: they cost a
-# quarter of the one-row dot's time and slowed every matvec shape here.  Elsewhere (a GPU, a
-# work-group OpenCL device) M = 1 takes the dot path ({}: no matvec).
+# M = 1 (quant.py `quant_matvec_kernel`, per-column fused multiply-adds over each scale
+# group's rows): on one-thread CPU targets only.  Weights cold (a 64 MiB write between calls,
+# as when decoding streams a model larger than the cache), the longer each row's strip the
+# better the hardware prefetchers follow it.  No prefetch hints: they slowed every matvec
+# shape (a tile of next-step hints 2.2x, the loop rewrite's 1.4x, int4 4096^2, 2026-12-03).
+# Elsewhere (a GPU, a work-group OpenCL device) M = 1 takes the dot path ({}: no matvec).
 QUANT_MATVEC: dict[str, list[Row]] = {
     "default": [(INF, {})],
-    "cpu": [(2048, {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 1, "num_stages": 1}),
-            # 2048 columns from 4096 up: each program's rows are 2 KiB runs of their 4 KiB
-            # pages, which the L2 streamer follows (Emerald Rapids, int4, two threads, cold:
-            # 2048 x 64 0.96-1.00 ms, 1024 x 128 1.06-1.33, 512 x 64 1.67-2.00; 2026-12-03)
-            (INF, {"BLOCK_N": 2048, "BLOCK_K": 64, "num_warps": 1, "num_stages": 1})],
+    # strips of at most 2048 columns: each program's rows are 2 KiB runs of their 4 KiB
+    # pages, which the L2 streamer follows (Emerald Rapids, int4, two threads, cold: 2048 x 64
+    # 0.96-1.00 ms, 1024 x 128 1.06-1.33, 512 x 64 1.67-2.00; 2026-12-03), narrowed to the
+    # device's parallelism by `matvec_meta`
+    "cpu": [(INF, {"BLOCK_N": 2048, "num_warps": 1, "num_stages": 1})],
 }
 
 QUANT["simt-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT["default"]]
+
+#: The narrowest matvec strip `matvec_meta` cuts to (a row of 128 bytes of int8 weights).
+MATVEC_MIN_BLOCK = 128
+
+
+def matvec_meta(backend: str, N: int) -> dict[str, Any]:
+    """The M = 1 quant kernel's meta for N columns ({}: no matvec on `backend`): the table
+    row's BLOCK_N is the widest strip; it is narrowed so that the strips are no fewer than
+    the programs the device runs at once (`Backend.parallelism`).  The fused multiply-add
+    matvec, int4, K = 4096, two threads, cold (Emerald Rapids, 2026-12-03): N = 1024 in
+    512-wide strips 0.33 ms against 0.47 in 128-wide ones, N = 2048 in 1024-wide 0.40 against
+    0.56 in 256-wide; N = 11008 in 2048-wide strips 2.0 ms against 2.5 in 4096-wide (three
+    strips for two threads)."""
+    meta = pick(QUANT_MATVEC, backend, N)
+    par = get_backend(backend).parallelism() if meta else 0
+    if par:
+        share = _pow2(-(-N // par))
+        meta["BLOCK_N"] = max(MATVEC_MIN_BLOCK, min(meta["BLOCK_N"], share))
+    return meta
 
 ATTENTION: dict[str, list[Row]] = {
     # size = seq_q

@@ -4,8 +4,11 @@ ragged sizes, the nibble convention, bad inputs."""
 import numpy as np
 import pytest
 from kcases import DTYPES, check, rand
-from kdsl.kernels import quant_matmul
+from kdsl.backends import get_backend
+from kdsl.kernels import configs, quant_matmul
 from kdsl.kernels import reference as R
+
+from kdsl.runtime.launches import record_launches
 
 
 def weights(rng, bits, K, N, group_size):
@@ -53,13 +56,36 @@ def test_quant_matvec(backend, rng, dtype, bits, gs):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("gs", [64, 128])
 def test_quant_matvec_blocks_within_a_group(backend, rng, dtype, gs):
-    # int4, M = 1, a group size that the K block divides: the nibbles' sums are scaled once
-    # per block and the offset of 8 taken off as one scalar (quant_matvec_kernel)
+    # int4, M = 1, groups of several byte rows: the nibbles' sums are scaled once per group
+    # and the offset of 8 taken off as one scalar (quant_matvec_kernel)
     K, N = 3 * gs, 300
     x = rand(rng, (1, K), dtype)
     w, s = weights(rng, 4, K, N, gs)
     check(quant_matmul(x, w, s, gs, 4, backend=backend), R.quant_matmul(x, w, s, gs, 4),
           dtype, k=K, k_out=2)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_matvec_strips_follow_the_devices_parallelism(backend, rng, bits):
+    """M = 1: strips of at most the table's width, at least as many as the device runs
+    programs at once (configs.matvec_meta); a ragged last strip."""
+    K, N, gs = 256, 1000, 64
+    x = rand(rng, (1, K), "float32")
+    w, s = weights(rng, bits, K, N, gs)
+    with record_launches() as launches:
+        y = quant_matmul(x, w, s, gs, bits, backend=backend)
+    check(y, R.quant_matmul(x, w, s, gs, bits), "float32", k=K, k_out=2)
+    meta = configs.matvec_meta(backend, N)
+    (ln,) = launches
+    if not meta:
+        assert ln.jit.fn.__name__ == "quant_matmul_kernel"
+        return
+    assert ln.jit.fn.__name__ == "quant_matvec_kernel"
+    par = get_backend(backend).parallelism()
+    widest = configs.QUANT_MATVEC["cpu"][-1][1]["BLOCK_N"]
+    want = widest if not par else max(configs.MATVEC_MIN_BLOCK,
+                                      min(widest, 1 << (-(-N // par) - 1).bit_length()))
+    assert ln.kwargs["BLOCK_N"] == meta["BLOCK_N"] == want
 
 
 def test_fit_rows_cuts_block_m_to_the_problem():
