@@ -11,8 +11,9 @@ addresses while the current one computes:
 * a load qualifies when it sits in a loop nest inside the body and its address, with the
   body's single assignments substituted, is integer arithmetic that cannot fault or trap
   (no memory read: a paged block table's next entry may lie past the table) on loop
-  invariants, the nest's own loop variables and the loop's *advancing* variables: the induction variable (next value `i +
-  step`) and carried scalars updated once as `x = x + c` (the pointer offsets of
+  invariants, the nest's own loop variables and the loop's *advancing* variables: the
+  induction variable (next value `i + step`) and carried scalars updated once as `x = x + c`
+  (the pointer offsets of
   kdsl/passes/loop_pointers.py);
 * the hints for the next iteration are that address with each advancing variable replaced by
   its next value, one per 64-byte line: the innermost loop is stepped by a line where the
@@ -31,7 +32,8 @@ capability never see the statement.
 gives it an element loop of its own that visits one element per cache line along the tile's
 last axis (the addresses of a row of a tile are adjacent in every kernel that prefetches; where
 they are not, fewer lines are hinted, which is still correct).  The mask is not needed: a hint
-never faults.  Targets without the capability, or with several threads per program, drop it.
+never faults.  Targets without the capability (`HINT_CAPS`), or with several threads per
+program, drop it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ from . import index as ix
 
 #: bytes one prefetch brings (a cache line on every CPU the llvm backend meets)
 LINE = 64
+#: capabilities under which `kd.prefetch` is emitted: "prefetch" (also the loop rewrite's
+#: hints, the llvm backend) or "prefetch_hints" (kd.prefetch only: the OpenCL one-thread
+#: lowering, whose loop hints measured no gain but whose next-row hints do)
+HINT_CAPS = frozenset({"prefetch", "prefetch_hints"})
 #: the fewest iterations of a loop the hints are spread over
 MIN_SPREAD_TRIPS = 2
 #: the largest address expression (as a tree: how the emitters print it) a hint recomputes;
@@ -308,7 +314,7 @@ def _unit_trips(s: For) -> int:
 
 def lower_prefetch(L: Any, op: Any) -> None:
     """`kd.prefetch`: a `Prefetch` per cache line of the pointer tile (module docstring)."""
-    if "prefetch" not in L.target.caps or not L.target.one_thread_per_program:
+    if not (HINT_CAPS & L.target.caps) or not L.target.one_thread_per_program:
         return
     ptr = op.operands[0]
     if ptr.type.is_scalar:

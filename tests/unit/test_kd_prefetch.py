@@ -83,12 +83,25 @@ def test_one_hint_per_line_where_the_target_prefetches():
     assert inner.step.value == LINE // 2 and inner.hi.value == 64
 
 
-def test_targets_without_the_capability_drop_it():
+def test_opencl_one_thread_hints_and_work_group_drops():
+    """A CPU OpenCL device's one-thread lowering emits clang's `__builtin_prefetch` for
+    kd.prefetch (OpenCL's `prefetch()` compiles to nothing on PoCL) but not the loop rewrite's
+    hints; the work-group lowering drops it."""
     if "opencl" not in kd.available_backends():
-        pytest.skip("opencl backend unavailable (its targets have no prefetch capability)")
+        pytest.skip("opencl backend unavailable")
+    from kdsl.backends import get_backend
+
     x = np.zeros((3, 256), np.float32)
-    ck = next_row_sum.compile(x, x, 3, 256, BLOCK=256, backend="opencl")
+    if get_backend("opencl").lowering() == "one-thread":
+        ck = next_row_sum.compile(x, x, 3, 256, BLOCK=256, backend="opencl")
+        hints = list(_prefetches(ck.kernel.body))
+        # the two tile hints (in both versions of the mask-versioned loop) and the scalar
+        # one, each at a temporary; the loop rewrite's hints would name `ptr + next step`
+        assert len(hints) >= 3 and all(isinstance(h.ptr, L.Var) for h in hints)
+        assert ck.ir["opencl"].count("__builtin_prefetch(") == len(hints)
+    ck = next_row_sum.compile(x, x, 3, 256, BLOCK=256, backend="opencl_wg")
     assert not list(_prefetches(ck.kernel.body))
+    assert "prefetch" not in ck.ir["opencl_wg"]
 
 
 @kd.jit
