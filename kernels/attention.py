@@ -103,6 +103,24 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, heads, kv_heads, seq_q, s
 
 
 @kd.jit
+def paged_block(k_ptr, v_ptr, table_ptr, seq, blk, seq_len, max_blocks, num_blocks,
+                BLOCK_SIZE, row_stride, kv_head, dim, offs_t, offs_d):
+    """Logical block `blk` of sequence `seq` through the block table: (token mask, k, v) as
+    float32 [tokens, dim] tiles of kv head `kv_head`, masked past the length, the head dim and
+    for a block id outside the cache."""
+    phys = kd.load(table_ptr + seq * max_blocks + blk)
+    tok = blk * BLOCK_SIZE + offs_t
+    t_mask = (offs_t < BLOCK_SIZE) & (tok < seq_len) & (phys >= 0) & (phys < num_blocks)
+    # the block's first element as an int64 scalar; offsets inside a block stay int32
+    base = phys.to(kd.int64) * BLOCK_SIZE * row_stride + kv_head * dim
+    offs = offs_t[:, None] * row_stride + offs_d[None, :]
+    mask = t_mask[:, None] & (offs_d < dim)[None, :]
+    k = kd.load(k_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
+    v = kd.load(v_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
+    return t_mask, k, v
+
+
+@kd.jit
 def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, kv_heads, dim,
                         max_blocks, num_blocks, scale, BLOCK_SIZE, BLOCK_T: kd.constexpr,
                         BLOCK_D: kd.constexpr):
@@ -122,15 +140,9 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, 
     acc = kd.zeros((BLOCK_D,), kd.float32)
     row_stride = kv_heads * dim  # elements between consecutive tokens of a cache block
     for blk in range(kd.cdiv(seq_len, BLOCK_SIZE)):
-        phys = kd.load(table_ptr + seq * max_blocks + blk)
-        tok = blk * BLOCK_SIZE + offs_t
-        t_mask = (offs_t < BLOCK_SIZE) & (tok < seq_len) & (phys >= 0) & (phys < num_blocks)
-        # the block's first element as an int64 scalar; offsets inside a block stay int32
-        base = phys.to(kd.int64) * BLOCK_SIZE * row_stride + kv_head * dim
-        offs = offs_t[:, None] * row_stride + offs_d[None, :]
-        mask = t_mask[:, None] & d_mask[None, :]
-        k = kd.load(k_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
-        v = kd.load(v_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
+        t_mask, k, v = paged_block(k_ptr, v_ptr, table_ptr, seq, blk, seq_len, max_blocks,
+                                   num_blocks, BLOCK_SIZE, row_stride, kv_head, dim, offs_t,
+                                   offs_d)
         s = kd.where(t_mask, kd.sum(k * q[None, :], axis=1), -float("inf"))
         m_new = kd.maximum(m_i, kd.max(s, axis=0))
         p = kd.exp(s - m_new)
@@ -167,14 +179,9 @@ def paged_decode_grouped_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr,
     acc = kd.zeros((BLOCK_G, BLOCK_D), kd.float32)
     row_stride = kv_heads * dim
     for blk in range(kd.cdiv(seq_len, BLOCK_SIZE)):
-        phys = kd.load(table_ptr + seq * max_blocks + blk)
-        tok = blk * BLOCK_SIZE + offs_t
-        t_mask = (offs_t < BLOCK_SIZE) & (tok < seq_len) & (phys >= 0) & (phys < num_blocks)
-        base = phys.to(kd.int64) * BLOCK_SIZE * row_stride + kv_head * dim
-        offs = offs_t[:, None] * row_stride + offs_d[None, :]
-        mask = t_mask[:, None] & d_mask[None, :]
-        k = kd.load(k_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
-        v = kd.load(v_ptr + base + offs, mask=mask, other=0.0).to(kd.float32)
+        t_mask, k, v = paged_block(k_ptr, v_ptr, table_ptr, seq, blk, seq_len, max_blocks,
+                                   num_blocks, BLOCK_SIZE, row_stride, kv_head, dim, offs_t,
+                                   offs_d)
         s = kd.where(t_mask[None, :], kd.dot(q, kd.trans(k)), -float("inf"))
         m_new = kd.maximum(m_i, kd.max(s, axis=1))
         p = kd.exp(s - m_new[:, None])
