@@ -46,10 +46,6 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, x_row_stride, eps, BLOCK: k
     acc2 = kd.zeros((BLOCK,), kd.float32)
     for off in range(0, N, BLOCK):
         cols = off + kd.arange(0, BLOCK)
-        # the next row's input and output lines, fetched while this row computes (hints:
-        # past the last row nothing is read, nothing faults)
-        kd.prefetch(x_ptr + x_row_stride + cols)
-        kd.prefetch(y_ptr + N + cols)
         x = kd.load(x_ptr + cols, mask=cols < N, other=0.0).to(kd.float32)
         d = kd.where(cols < N, x - mean, 0.0)
         acc2 += d * d
@@ -57,6 +53,11 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, x_row_stride, eps, BLOCK: k
     for off in range(0, N, BLOCK):
         cols = off + kd.arange(0, BLOCK)
         mask = cols < N
+        # the next row's input and output lines, fetched while this row computes (hints:
+        # past the last row nothing is read, nothing faults); here rather than in the
+        # variance pass: 8192 x 4096, out=, 12.5-12.9 against 13.2-13.7 ms (2026-12-03)
+        kd.prefetch(x_ptr + x_row_stride + cols)
+        kd.prefetch(y_ptr + N + cols)
         w = kd.load(w_ptr + cols, mask=mask, other=0.0).to(kd.float32)
         b = kd.load(b_ptr + cols, mask=mask, other=0.0).to(kd.float32)
         x = kd.load(x_ptr + cols, mask=mask, other=0.0).to(kd.float32)
