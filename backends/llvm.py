@@ -32,7 +32,7 @@ from kdsl.ir.types import DType, PointerType, int1
 from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
-from . import llvm_atomics, llvm_debug, llvm_host, llvm_pool, llvm_shuffle
+from . import llvm_amx, llvm_atomics, llvm_debug, llvm_host, llvm_pool, llvm_shuffle
 from .base import Backend, BoundArg, DirectLauncher
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, GridRunner, workers
@@ -465,6 +465,9 @@ class _FnEmitter:
     def _s_Transpose(self, s: L.Transpose) -> None:
         llvm_shuffle.emit_transpose(self, s)
 
+    def _s_TileDot(self, s: L.TileDot) -> None:
+        llvm_amx.emit_tile_dot(self, s)
+
     def _s_Print(self, s: L.Print) -> None:
         llvm_debug.emit_print(self, s)
 
@@ -571,7 +574,12 @@ class _FnEmitter:
         self.b.call(fn, [self.expr(s.ptr)] + [ir.Constant(I32, v) for v in self._PREFETCH_ARGS])
 
     def emit(self) -> ir.Function:
+        tiles = llvm_amx.uses_tiles(self.k)
+        if tiles:  # the tile registers' shapes, once per program (llvm_amx.py)
+            llvm_amx.configure(self)
         self.stmts(self.k.body)
+        if tiles:
+            llvm_amx.release(self)
         self.b.ret_void()
         return self.fn
 
@@ -880,14 +888,18 @@ class LLVMBackend(Backend):
 
     def target(self, num_warps: int) -> Target:
         simd = llvm_host.profile()  # the dot micro-kernel's register blocks follow it
-        return Target("llvm", threads=1, warp_size=1, caps=self.caps, ops=self.ops,
+        return Target("llvm", threads=1, warp_size=1, caps=self.host_caps(), ops=self.ops,
                       vector_bits=simd.vector_bits, vector_regs=simd.vector_regs)
 
+    def host_caps(self) -> frozenset[str]:
+        """`caps` plus the host CPU's matrix units (AMX: llvm_host.matrix_caps)."""
+        return self.caps | llvm_host.matrix_caps()
+
     def hash(self) -> str:
-        # the capabilities change the lowering (partial sums, the dot micro-kernel): part of
-        # the disk-cache key, so entries compiled without them are not reused; so is the SIMD
-        # profile (vector width and register blocks: llvm_host.py)
-        return (_toolchain_id() + "|caps=" + ",".join(sorted(self.caps)) + "|"
+        # the capabilities change the lowering (partial sums, the dot micro-kernel, the
+        # matrix unit): part of the disk-cache key, so entries compiled without them are not
+        # reused; so is the SIMD profile (vector width and register blocks: llvm_host.py)
+        return (_toolchain_id() + "|caps=" + ",".join(sorted(self.host_caps())) + "|"
                 + llvm_host.profile().key())
 
     def codegen(self, kernel: L.Kernel) -> str:

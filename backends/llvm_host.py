@@ -29,11 +29,23 @@ width-agnostic block table of kdsl/lowering/dot_cpu.py: LLVM's own choice, which
 kdsl compiled before this table existed; handy for side-by-side measurements).
 The chosen profile is part of the backend's `hash()`, so the disk cache never reuses code built
 for another CPU or width.
+
+Matrix units (`matrix_caps`): where LLVM's host features include AMX (`amx-tile` with
+`amx-bf16` / `amx-int8`, Intel Sapphire Rapids and later) and Linux grants the process the
+tile state (AMX's 8 KiB of tile registers are handed out per process, on request:
+`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, Linux 5.16+), the backend offers the
+lowering the capabilities "tile_dot", "tile_dot_bf16" and "tile_dot_int8": bfloat16 and int8
+dots on the tile registers (kdsl/lowering/dot_tile.py, backends/llvm_amx.py).
+`KDSL_LLVM_MATRIX=none` turns them off (every dot on the vector micro-kernel, whose float sums
+are sequential fused multiply-adds); `auto` (default) uses what the host has.  They are part of
+the backend's `hash()` too.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -154,6 +166,63 @@ def profile() -> SimdProfile:
     return _profile(os.environ.get(ENV, ""))
 
 
+MATRIX_ENV = "KDSL_LLVM_MATRIX"
+
+# capability -> the LLVM host features it needs (all of them)
+MATRIX_RULES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("tile_dot_bf16", frozenset({"amx-tile", "amx-bf16"})),
+    ("tile_dot_int8", frozenset({"amx-tile", "amx-int8"})),
+)
+_SYS_ARCH_PRCTL = 158  # x86-64 Linux
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+
+
+def matrix_units(features: str, permitted: bool) -> frozenset[str]:
+    """The matrix-unit capabilities of a CPU with LLVM feature string `features`, in a process
+    that may (`permitted`) use the tile registers: "tile_dot" plus one "tile_dot_<kind>" per
+    kind of MATRIX_RULES, or none."""
+    if not permitted:
+        return frozenset()
+    on = parse_features(features)
+    caps = {cap for cap, need in MATRIX_RULES if need <= on}
+    return frozenset(caps | {"tile_dot"}) if caps else frozenset()
+
+
+@lru_cache(maxsize=1)
+def tile_state_permitted() -> bool:
+    """Ask Linux, once per process, for AMX's tile state (its permission is per process and
+    covers every thread); False where it refuses or this is not x86-64 Linux."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@lru_cache(maxsize=4)
+def _matrix(env: str) -> frozenset[str]:
+    value = env.strip().lower()
+    if value == "none":
+        return frozenset()
+    if value not in ("", "auto"):
+        raise ValueError(f"{MATRIX_ENV}={env!r}: expected auto or none")
+    import llvmlite.binding as llvm
+
+    features = llvm.get_host_cpu_features().flatten()
+    if not any(f"+{f}" in features for _, need in MATRIX_RULES for f in need):
+        return frozenset()  # (no syscall on CPUs without a matrix unit)
+    return matrix_units(features, tile_state_permitted())
+
+
+def matrix_caps() -> frozenset[str]:
+    """The matrix-unit capabilities the llvm backend offers now (the host's, or none under
+    KDSL_LLVM_MATRIX=none)."""
+    return _matrix(os.environ.get(MATRIX_ENV, ""))
+
+
 class _FnAttributes(ir.values.FunctionAttributes):
     """llvmlite's function attributes plus `"key"="value"` string attributes (llvmlite only
     knows the enum ones)."""
@@ -183,5 +252,6 @@ def apply(module: ir.Module, prof: SimdProfile) -> None:
             fn.attributes = _FnAttributes(fn.attributes, attrs)
 
 
-__all__ = ["ENV", "RULES", "SimdProfile", "apply", "choose", "override", "parse_features",
-           "profile"]
+__all__ = ["ENV", "MATRIX_ENV", "MATRIX_RULES", "RULES", "SimdProfile", "apply", "choose",
+           "matrix_caps", "matrix_units", "override", "parse_features", "profile",
+           "tile_state_permitted"]

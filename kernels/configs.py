@@ -94,6 +94,50 @@ MATMUL: dict[str, list[Row]] = {
                     "num_warps": 1})],
 }
 
+# bfloat16 matmul where the backend computes bfloat16 dots on a matrix unit (the llvm backend
+# on a CPU with AMX: kdsl/lowering/dot_tile.py): BLOCK_K 256 (a multiple of the unit's 32), so
+# that each output block's accumulator tiles stay in the unit for 8 of its K steps before the
+# dot's output array is read and written again.  Emerald Rapids, two threads, the library
+# kernel alone (2026-12-07): 512^3 128 x 128 613 GFLOP/s (256 x 256 402), 1024^3 256 x 128
+# 1020 (128 x 128 834), 2048^3 256 x 256 1288, 4096^3 256 x 512 1369 (256 x 256 1308; BLOCK_K
+# 512 1220).  Profiles without a row use MATMUL.
+MATMUL_TILE: dict[str, list[Row]] = {
+    "default": [],
+    "cpu": [
+        (256 * 256, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 256, "GROUP_M": 8,
+                     "num_warps": 1}),
+        (512 * 512, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 256, "GROUP_M": 8,
+                     "num_warps": 1}),
+        (1024 * 1024, {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 256, "GROUP_M": 8,
+                       "num_warps": 1}),
+        (2048 * 2048, {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 256, "GROUP_M": 8,
+                       "num_warps": 1}),
+        (INF, {"BLOCK_M": 256, "BLOCK_N": 512, "BLOCK_K": 256, "GROUP_M": 8,
+               "num_warps": 1}),
+    ],
+}
+# the dot kinds of a matrix unit: input dtype -> the target capability (kdsl/lowering/dot_tile.py)
+MATRIX_UNIT_CAPS = {"bfloat16": "tile_dot_bf16", "int8": "tile_dot_int8"}
+_MATRIX: dict[tuple[Any, str], bool] = {}
+
+
+def matrix_unit(backend: str, dtype: str) -> bool:
+    """Whether `backend` computes dots of `dtype` inputs on a matrix unit here."""
+    be = get_backend(backend)
+    got = _MATRIX.get((be, dtype))
+    if got is None:
+        cap = MATRIX_UNIT_CAPS.get(dtype)
+        got = _MATRIX[(be, dtype)] = cap is not None and be.target(1).has(cap)
+    return got
+
+
+def matmul_table(backend: str, dtype: str) -> dict[str, list[Row]]:
+    """MATMUL_TILE where `backend` has a row of it and a matrix unit for `dtype`, else MATMUL."""
+    if matrix_unit(backend, dtype) and _rows(MATMUL_TILE, backend):
+        return MATMUL_TILE
+    return MATMUL
+
+
 # The fused gate/up kernel (two B tiles and two accumulators per step): 256x128x64 above
 # 256^2 outputs.  SwiGLU 512x2048x5504, Emerald Rapids, two threads, interleaved with torch:
 # 145-153 ms against 155-170 for 128x128x128; 128x256x64 158-160, 256x256x64 177-181, 64x256x128

@@ -129,31 +129,34 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
         flags.update(A_T=a_t, B_T=b_t)
     if wide_offsets(a, b, out):
         flags["WIDE"] = True
+    table = configs.matmul_table(backend, a.dtype)
     if a.device is None and backend != reference_backend() and autotune_enabled():
         # host arrays: the autotuner picks the fastest configuration that agrees with the
         # table's (per backend, device and (M, N, K); cached on disk; KDSL_AUTOTUNE=0 skips it)
         def grid(meta):
             return (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]), batch)
-        _tuner(backend, M * N, M)[grid](*args, backend=backend, **flags)
+        _tuner(backend, table, M * N, M)[grid](*args, backend=backend, **flags)
         return out
-    meta = configs.fit_rows(configs.pick(configs.MATMUL, backend, M * N), M, backend)
+    meta = configs.fit_rows(configs.pick(table, backend, M * N), M, backend)
     grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]), batch)
     matmul_kernel[grid](*args, backend=backend, **flags, **meta)
     return out
 
 
-_TUNERS: dict[tuple[Any, ...], Any] = {}  # (backend, first config, row height)
+_TUNERS: dict[tuple[Any, ...], Any] = {}  # (backend, table, first config, row height)
 
 
-def _tuner(backend: str, size: int, M: int) -> Any:
+def _tuner(backend: str, table: dict[str, Any], size: int, M: int) -> Any:
     """The autotuned matmul kernel for `backend`, its candidates ordered for this size class
-    (the table row covering `size` first: the reference the other candidates must match),
-    each with BLOCK_M cut to M's height (`configs.search_space` with M)."""
-    first = configs.fit_rows(configs.pick(configs.MATMUL, backend, size), M, backend)
-    key = (backend, tuple(sorted(first.items())), configs.row_height(M, backend))
+    (the row of `table` covering `size` first: the reference the other candidates must
+    match), each with BLOCK_M cut to M's height (`configs.search_space` with M).  The
+    matrix-unit table's rows are its only candidates (the others' BLOCK_K is too short)."""
+    first = configs.fit_rows(configs.pick(table, backend, size), M, backend)
+    key = (backend, id(table), tuple(sorted(first.items())), configs.row_height(M, backend))
     tuner = _TUNERS.get(key)
     if tuner is None:
-        space = configs.search_space(configs.MATMUL, configs.MATMUL_SEARCH, backend, size, M)
+        search = configs.MATMUL_SEARCH if table is configs.MATMUL else {"default": []}
+        space = configs.search_space(table, search, backend, size, M)
         cands = [kd.Config({k: v for k, v in m.items() if k != "num_warps"},
                            num_warps=m.get("num_warps", 4)) for m in space]
         tuner = _TUNERS[key] = kd.autotune(configs=cands, key=["M", "N", "K"])(matmul_kernel)

@@ -28,6 +28,8 @@ backend turns variables into allocas that mem2reg promotes):
     AsyncCopy(dst, index, ptr, n, mask)     AsyncCommit()       AsyncWait(pending)
     Prefetch(ptr)                 (a hint; no semantics)
     Transpose(dst, dst_at, dst_stride, src, src_at, src_stride, n)
+    TileDot(kind, out, out_at, out_stride, a, a_at, a_stride, b, b_at, b_stride,
+            rows, cols, depth, zero)   (a block of a dot on a CPU's matrix unit)
 
 Types: every expression has a `DType` or `PointerType`.  float16/bfloat16 never appear as the
 type of a variable or expression: values of those types are held in float32 (`compute_dtype`)
@@ -72,14 +74,14 @@ the warp), so it is only emitted for targets whose caps promise it, under warp-u
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kdsl.compile_options import CompileOptions
 
 from .tile import Loc
-from .types import DType, PointerType, float32, int1, int32, int64, uint8, uint32
+from .types import DType, PointerType, float32, int1, int8, int32, int64, uint8, uint16, uint32
 
 Type = DType | PointerType
 
@@ -418,6 +420,17 @@ ROLLED_HINT = "rolled"
 PIPELINE_HINT = "pipeline"
 
 
+def walk(stmts: list[Stmt]) -> Iterator[Stmt]:
+    """Every statement of `stmts` and of the statement lists nested in them (a loop's body,
+    an if's branches, ...), in order."""
+    for s in stmts:
+        yield s
+        for f in fields(s):
+            v = getattr(s, f.name)
+            if isinstance(v, list) and v and isinstance(v[0], Stmt):
+                yield from walk(v)
+
+
 def loop_hint(s: For) -> str | None:
     """The hint of loop `s` (the text of its first statement when that is a Comment)."""
     return s.body[0].text if s.body and isinstance(s.body[0], Comment) else None
@@ -512,6 +525,54 @@ class Transpose(Stmt):
     src_at: Expr
     src_stride: int
     n: int
+
+
+#: TileDot kinds: (register type of the output, values of k per 32-bit word of the unit, the
+#: element type of the operand arrays).
+TILE_DOT_KINDS: dict[str, tuple[DType, int, DType]] = {
+    "bf16": (float32, 2, uint16),  # bfloat16 bit patterns
+    "int8": (int32, 4, int8),
+}
+#: TileDot blocks are made of 16 x 16 output tiles; a step of k covers 16 words of the unit.
+TILE = 16
+
+
+@dataclass(eq=False)
+class TileDot(Stmt):
+    """One `rows x cols` block of a dot on a CPU's matrix unit (AMX), from packed operands:
+
+        out[out_at + i * out_stride + j] = (0 if zero else out[...]) + sum over k < depth
+                                           of A(i, k) * B(k, j)        (i < rows, j < cols)
+
+    `a` and `b` are register arrays of the kind's operand type (`TILE_DOT_KINDS[kind]`:
+    bfloat16 bit patterns as uint16, or int8); the unit reads `g` consecutive values of k as
+    one 32-bit word (g = 2 or 4), so b is stored g rows interleaved (the "VNNI" layout):
+
+        A(i, k) = a[a_at + i * a_stride + k]
+        B(k, j) = b[b_at + (k // g) * b_stride + g * j + k % g]
+
+    `rows` and `cols` are multiples of TILE, `depth` of TILE * g; a block takes at most 8 tile
+    registers ((rows/16) * (cols/16) accumulators, rows/16 tiles of a, cols/16 of b).  kind
+    "bf16": float32 `out`, products exact, the sum in the order and intermediate precision of
+    the unit (AMX's is not a sequential fused multiply-add chain), bfloat16 subnormal inputs
+    read as zero and subnormal results flushed; "int8": int32 `out`, exact (wrapping) sums.
+    Emitted only for targets with the capability "tile_dot_<kind>"
+    (kdsl/lowering/dot_tile.py)."""
+
+    kind: str
+    out: Array
+    out_at: Expr
+    out_stride: int
+    a: Array
+    a_at: Expr
+    a_stride: int
+    b: Array
+    b_at: Expr
+    b_stride: int
+    rows: int
+    cols: int
+    depth: int
+    zero: bool = False
 
 
 @dataclass(frozen=True)
@@ -695,6 +756,12 @@ def format_stmts(stmts: list[Stmt], indent: int = 1) -> list[str]:
                            n=n):
                 out.append(f"{pad}transpose{n}x{n}({d.name}[{format_expr(da)}::{ds}], "
                            f"{a.name}[{format_expr(sa)}::{ss}])")
+            case TileDot():
+                init = "0" if s.zero else f"{s.out.name}"
+                out.append(f"{pad}{s.out.name}[{format_expr(s.out_at)}::{s.out_stride}] = "
+                           f"{init} + tile_dot_{s.kind}<{s.rows}x{s.cols}x{s.depth}>("
+                           f"{s.a.name}[{format_expr(s.a_at)}::{s.a_stride}], "
+                           f"{s.b.name}[{format_expr(s.b_at)}::{s.b_stride}])")
             case Intrinsic(name=n, args=a, results=r):
                 lhs = ", ".join(v.name for v in r)
                 args = ", ".join(format_expr(x) for x in a)

@@ -84,6 +84,35 @@ def round_bf16(x: float) -> np.float32:
     return np.array(u, dtype=np.uint32).view(np.float32)[()]
 
 
+def _tile_dot(s: L.TileDot, out: np.ndarray, a: np.ndarray, b: np.ndarray, o_at: int,
+              a_at: int, b_at: int) -> None:
+    """Loop IR `TileDot` (its meaning in kdsl/ir/loop.py): the float sum exact, rounded once
+    (the unit's own order is unspecified; tests compare with tolerances), integers exact."""
+    _, g, _ = L.TILE_DOT_KINDS[s.kind]
+
+    def block(arr, at, stride, nrows, width, name):
+        idx = at + np.arange(nrows)[:, None] * stride + np.arange(width)[None, :]
+        if idx.min() < 0 or idx.max() >= arr.size:
+            raise IndexError(f"tile dot reads {name}[{at}::{stride}] out of bounds "
+                             f"(size {arr.size})")
+        return idx
+
+    ai = block(a, a_at, s.a_stride, s.rows, s.depth, s.a.name)
+    bi = block(b, b_at, s.b_stride, s.depth // g, s.cols * g, s.b.name)
+    oi = block(out, o_at, s.out_stride, s.rows, s.cols, s.out.name)
+    B = b[bi].reshape(s.depth // g, s.cols, g).transpose(0, 2, 1).reshape(s.depth, s.cols)
+    A = a[ai]
+    if g == 2:  # bfloat16 bit patterns
+        A, B = ((x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+                for x in (A, B))
+        acc = np.zeros(oi.shape) if s.zero else out[oi].astype(np.float64)
+        out[oi] = (acc + A @ B).astype(np.float32)
+    else:
+        acc = np.zeros(oi.shape, np.int64) if s.zero else out[oi].astype(np.int64)
+        total = acc + A.astype(np.int64) @ B.astype(np.int64)
+        out[oi] = (total & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
 def _idiv(a, b, t):
     if b == 0:
         return _typed(0, t)
@@ -400,6 +429,9 @@ class _Program:
                     block = np.array([src[r:r + n] for r in rows])
                     for j, c in enumerate(cols):
                         dst[c:c + n] = block[:, j]
+                case L.TileDot():
+                    _tile_dot(s, *(self.array(x, th) for x in (s.out, s.a, s.b)),
+                              *(int(self.ev(x, th)) for x in (s.out_at, s.a_at, s.b_at)))
                 case L.AsyncCommit():
                     th.groups.append(th.pending)
                     th.pending = []

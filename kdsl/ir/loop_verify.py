@@ -404,6 +404,27 @@ class _Verifier:
             if stride < s.n:
                 self.fail(f"transpose rows of {arr.name} {stride} apart overlap ({s.n} wide)")
 
+    def _tile_dot(self, s: L.TileDot) -> None:
+        if s.kind not in L.TILE_DOT_KINDS:
+            self.fail(f"tile dot of kind {s.kind!r} (one of {', '.join(L.TILE_DOT_KINDS)})")
+        acc, g, part = L.TILE_DOT_KINDS[s.kind]
+        out, a, b = (self.array(x, None) for x in (s.out, s.a, s.b))
+        if out.dtype != acc or (a.dtype, b.dtype) != (part, part) \
+                or {out.space, a.space, b.space} != {"reg"}:
+            self.fail(f"tile dot {s.kind} of {a.space} {a.dtype} {a.name} and {b.space} "
+                      f"{b.dtype} {b.name} into {out.space} {out.dtype} {out.name} (register "
+                      f"arrays: {part} operands, a {acc} output)")
+        tm, tn = s.rows // L.TILE, s.cols // L.TILE
+        if (s.rows % L.TILE or s.cols % L.TILE or s.depth % (L.TILE * g) or min(tm, tn) < 1
+                or tm * tn + tm + tn > 8):
+            self.fail(f"tile dot block {s.rows} x {s.cols} x {s.depth} (multiples of "
+                      f"{L.TILE} x {L.TILE} x {L.TILE * g}, in at most 8 tiles)")
+        for at, stride, width in ((s.out_at, s.out_stride, s.cols), (s.a_at, s.a_stride, s.depth),
+                                  (s.b_at, s.b_stride, s.cols * g)):
+            self.want(at, _is_int, "an array index must be an integer", at)
+            if stride < width:
+                self.fail(f"tile dot rows {stride} apart overlap ({width} wide)")
+
     def _vector(self, s: L.VecLoad | L.VecStore) -> None:
         self._pointer(s.ptr)
         a = self.array(s.dst if isinstance(s, L.VecLoad) else s.src, None)
@@ -433,6 +454,7 @@ _STMT = {
     L.AsyncCopy: _Verifier._async_copy, L.AsyncWait: _Verifier._async_wait,
     L.AsyncCommit: _Verifier._async_commit,
     L.Prefetch: _Verifier._prefetch, L.Transpose: _Verifier._transpose,
+    L.TileDot: _Verifier._tile_dot,
 }
 
 

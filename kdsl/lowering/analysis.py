@@ -4,6 +4,8 @@ kernel stores to is `kdsl.passes.provenance.stored_params` (the runtime asks it 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kdsl.ir import tile
 
 # Ops whose result is their operand, element for element in flat order: pure aliases.
@@ -33,10 +35,13 @@ def users(fn: tile.Function, alias: dict[int, tile.Value]) -> dict[int, list[til
     return users
 
 
-def hint_only(fn: tile.Function, users: dict[int, list[tile.Op]]) -> set[int]:
-    """Ids of the values computed only for hints (`kd.prefetch` pointers): every user is a
-    hint op or yields only such values.  Rematerialised in the hint's own loop whatever their
-    size (computed once there either way), never stored for it."""
+def read_once(fn: tile.Function, users: dict[int, list[tile.Op]],
+              reader: Callable[[tile.Op], bool]) -> set[int]:
+    """Ids of the values computed only for ops that read each element once in a loop of
+    their own (`reader`): every user is such an op or yields only such values.  The lowering
+    rematerialises them in that loop whatever their size (computed once there either way)
+    instead of storing them: the pointers of `kd.prefetch` hints, the operands of a dot on a
+    CPU's matrix unit (its packing loops, dot_tile.py)."""
     ops = list(fn.walk())
     only: set[int] = set()
     changed = True
@@ -46,8 +51,7 @@ def hint_only(fn: tile.Function, users: dict[int, list[tile.Op]]) -> set[int]:
             for r in op.results:
                 if r.id in only or not users.get(r.id):
                     continue
-                if all(u.kind in tile.HINT_OPS or (u.results and all(x.id in only
-                                                                      for x in u.results))
+                if all(reader(u) or (u.results and all(x.id in only for x in u.results))
                        for u in users[r.id]):
                     only.add(r.id)
                     changed = True

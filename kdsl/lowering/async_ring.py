@@ -84,11 +84,12 @@ from kdsl.ir.loop import (
     While,
     loop_hint,
     map_operands,
+    walk,
 )
 from kdsl.ir.types import PointerType, int32
 
 from . import index as ix
-from .mask_version import _lists, _walk
+from .mask_version import _lists
 from .prefetch import _nodes
 
 #: fields of a statement that name a variable it writes (renamed, never substituted)
@@ -249,7 +250,7 @@ def _shape(loop: For, original: For, kernel_body: list[Stmt]) -> _Shape | None:
     if rings is None:
         return None
     ring_names = {("a", a.name) for a in rings}
-    for s in _walk(rest):
+    for s in walk(rest):
         if isinstance(s, (AsyncCopy, AsyncWait, AsyncCommit)) or ring_names & _writes([s]):
             return None
     issue_in = _exposed(pre + copies) - {("v", loop.var.name)}
@@ -261,7 +262,7 @@ def _shape(loop: For, original: For, kernel_body: list[Stmt]) -> _Shape | None:
             or r_update & _writes(copies) or ("v", loop.var.name) in _writes(body)):
         return None
     bounds = {("v", v.name) for e in (loop.lo, loop.hi) for v in _nodes(e) if isinstance(v, Var)}
-    if bounds & _writes(body) or any(_touches_memory(s) for s in _walk(update)):
+    if bounds & _writes(body) or any(_touches_memory(s) for s in walk(update)):
         return None
     if w_update & _reads_outside(kernel_body, original):
         return None
@@ -274,7 +275,7 @@ def _copy_targets(copies: list[Stmt]) -> list[Array] | None:
     docstring), else None."""
     rings: dict[str, Array] = {}
     n_async = 0
-    for s in _walk(copies):
+    for s in walk(copies):
         if isinstance(s, AsyncCopy):
             n_async += 1
             rings[s.dst.name] = s.dst
@@ -367,7 +368,7 @@ def _own_writes(s: Stmt) -> set[Name]:
 
 def _writes(stmts: list[Stmt]) -> set[Name]:
     out: set[Name] = set()
-    for s in _walk(stmts):
+    for s in walk(stmts):
         out |= _own_writes(s)
     return out
 

@@ -28,6 +28,7 @@ from .context import LoweringContext
 from .dot_cpu import cpu_dot, dot_output, widen
 from .dot_mma import tensor_core_dot
 from .dot_sparse import generic_sparse_dot, sparse_tensor_core_dot
+from .dot_tile import tile_dot
 from .elementwise import HALF, register_type, rounded
 from .sparse_dot_cpu import cpu_sparse_dot
 
@@ -89,6 +90,9 @@ def rows_dot(L: LoweringContext, op: tile.Op) -> None:
 DOT_STRATEGIES: dict[str, DotStrategy] = {
     # warp-level mma where types and shapes allow it, else the generic strategy
     "tensor_cores": partial(tensor_core_dot, fallback=generic_dot),
+    # a CPU's matrix unit (AMX) for bfloat16 and int8 dots (dot_tile.py), else the CPU's
+    # micro-kernel
+    "tile_dot": partial(tile_dot, fallback=partial(cpu_dot, fallback=rows_dot)),
     # one thread (the CPU): register-blocked micro-kernel (dot_cpu.py)
     "cpu_microkernel": partial(cpu_dot, fallback=rows_dot),
 }

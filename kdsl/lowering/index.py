@@ -103,9 +103,11 @@ def nest_dims(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
 
 
-def nest(e: Var, dims: tuple[int, ...], loops: tuple[Var, ...]) -> None:
+def nest(e: Var, dims: tuple[int, ...], loops: tuple[Expr, ...]) -> None:
     """Declare that flat index `e` is `nested_flat(loops, dims)`, with loops[i] in
-    range(dims[i]): `coord` of shapes with these non-unit dims reads the loop variables."""
+    range(dims[i]): `coord` of shapes with these non-unit dims reads the loop variables (or
+    the index expressions given in their place: an element whose coordinates a loop computes,
+    as a CPU dot's packing loops do, kdsl/lowering/dot_tile.py)."""
     _NESTED[e] = (tuple(dims), tuple(loops))
 
 

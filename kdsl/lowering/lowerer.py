@@ -83,9 +83,10 @@ from kdsl.ir.types import PointerType, int32
 from kdsl.passes.provenance import stored_params
 from kdsl.target import Target
 
+from . import dot_tile
 from . import fp8 as mem  # loads and stores (8-bit floats move as their codes)
 from . import index as ix
-from .analysis import ALIASES, addressed_operands, aliases, hint_only, raw_pointer_loc, users
+from .analysis import ALIASES, addressed_operands, aliases, raw_pointer_loc, read_once, users
 from .async_ring import pipeline_copies
 from .caps import check_target
 from .context import CoordMap, Group
@@ -161,7 +162,10 @@ class Lowerer:
         self.out: list[Stmt] = []
         self.alias = aliases(fn)
         self.users = users(fn, self.alias)
-        self._hint_only = hint_only(fn, self.users)
+        # values read once per element by a loop of their reader's own (hints, the packing
+        # loops of a matrix-unit dot): recomputed there whatever their size
+        self._read_once = read_once(fn, self.users, lambda u: u.kind in tile.HINT_OPS or (
+            u.kind == "dot" and dot_tile.takes(target, u)))
         self._remat: dict[int, frozenset[int] | None] = {}
         self._remat_loads: set[int] = set()  # ids of the loads that are rematerialised
         # Where each op sits: id(op) -> (its block, its index there); for `_load_remat_ok`.
@@ -180,7 +184,7 @@ class Lowerer:
         self.resident: dict[int, Any] = {}
         self.viewers: dict[int, list[tile.Op]] = {}
         for op in fn.walk():
-            for o in addressed_operands(op):
+            for o in self._addressed(op):
                 self.viewers.setdefault(self.view(o)[0].id, []).append(op)
         self.viewed: set[int] = set(self.viewers)
         self.shared_bytes = 0
@@ -396,10 +400,19 @@ class Lowerer:
     def _only_viewed(self, v: tile.Value) -> bool:
         """Whether every user of `v` reads it through `view` (so it needs no code)."""
         users = self.users.get(v.id, [])
-        return bool(users) and all(any(self.canon(o) is v for o in addressed_operands(u))
+        return bool(users) and all(any(self.canon(o) is v for o in self._addressed(u))
                                    and v not in [self.canon(o) for o in u.operands
-                                                 if o not in addressed_operands(u)]
+                                                 if o not in self._addressed(u)]
                                    for u in users)
+
+    def _addressed(self, op: tile.Op) -> list[tile.Value]:
+        """The operands `op` reads at arbitrary flat indices (`addressed_operands`), except
+        those of a dot on a CPU's matrix unit that it may recompute: its packing loops read
+        them element by element, as any fused reader does (dot_tile.py)."""
+        out = addressed_operands(op)
+        if op.kind == "dot" and dot_tile.takes(self.target, op):
+            out = [o for o in out if not self.remat_ok(o)]
+        return out
 
     def bind(self, v: tile.Value, expr: Expr, g: Group) -> None:
         """Make `expr` the value of tile `v` in group `g` (a temp unless trivially cheap)."""
@@ -482,7 +495,7 @@ class Lowerer:
                 ops = frozenset({id(op)}).union(*parts)
                 if op.kind == "load":
                     self._remat_loads.add(id(op))
-                big = len(ops) > REMAT_LIMIT and v.id not in self._hint_only
+                big = len(ops) > REMAT_LIMIT and v.id not in self._read_once
                 if big or (op.kind in COSTLY and not self._remat_loads.isdisjoint(ops)):
                     ops = None
         self._remat[v.id] = ops

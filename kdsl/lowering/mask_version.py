@@ -42,7 +42,7 @@ from dataclasses import fields, replace
 
 from kdsl.ir.loop import (COMPARE, VECTOR_HINT, Assign, Barrier, Binary, Cast, Comment, Const, Expr,
                           For, If, Kernel, Load, Special, Stmt, Var, While, int1, loop_hint,
-                          map_operands)
+                          map_operands, walk)
 
 from . import index as ix
 from .prefetch import _assigned, _nodes, _subst, _unit_trips, _vars
@@ -78,7 +78,7 @@ def _body(stmts: list[Stmt], lanes: int) -> list[Stmt]:
 
 def _version(nest: For, lanes: int = 4) -> Stmt:
     inner = For(nest.var, nest.lo, nest.hi, nest.step, _body(nest.body, lanes))
-    stmts = list(_walk([nest]))
+    stmts = list(walk([nest]))
     if (len(stmts) > MAX_STMTS or any(isinstance(s, Barrier) for s in stmts)
             or not any(_masked_access(s) for s in stmts)):
         return inner
@@ -126,9 +126,9 @@ def _hint(s: Stmt, lanes: int) -> Stmt:
     tiles ran 1.4x slower than the masked scalar loads (1024^3, one Zen 5 core)."""
     if not isinstance(s, (For, If, While)):
         return s
-    if isinstance(s, For) and not any(isinstance(x, (For, While)) for x in _walk(s.body)):
+    if isinstance(s, For) and not any(isinstance(x, (For, While)) for x in walk(s.body)):
         if (_unit_trips(s) >= lanes and loop_hint(s) is None
-                and any(_masked_access(x) for x in _walk(s.body))):
+                and any(_masked_access(x) for x in walk(s.body))):
             return For(s.var, s.lo, s.hi, s.step, [Comment(VECTOR_HINT)] + s.body)
         return s
     return replace(s, **{name: [_hint(x, lanes) for x in v] for name, v in _lists(s)})
@@ -158,7 +158,7 @@ def _loops(nest: For, counts: dict[str, int]) -> dict[str, tuple[Expr, Expr]] | 
     loop, then the 1-wide last step of their fold) gets the smallest first and the largest
     last of them, or None where those are not constants to compare."""
     out: dict[str, tuple[Expr, Expr]] = {}
-    for s in _walk([nest]):
+    for s in walk([nest]):
         if not isinstance(s, For):
             continue
         if not (isinstance(s.step, Const) and int(s.step.value) > 0):
@@ -283,13 +283,6 @@ def _lists(s: Stmt) -> Iterator[tuple[str, list[Stmt]]]:
         v = getattr(s, f.name)
         if isinstance(v, list) and v and isinstance(v[0], Stmt):
             yield f.name, v
-
-
-def _walk(stmts: list[Stmt]) -> Iterator[Stmt]:
-    for s in stmts:
-        yield s
-        for _, v in _lists(s):
-            yield from _walk(v)
 
 
 def _masked_access(s: Stmt) -> bool:

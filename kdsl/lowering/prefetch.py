@@ -44,7 +44,7 @@ from math import prod
 from typing import Any
 
 from kdsl.ir.loop import (Assign, Binary, Cast, Const, Expr, For, If, Load, Prefetch, PtrAdd,
-                          Special, Stmt, Type, Var, While, map_operands)
+                          Special, Stmt, TileDot, Type, Var, While, map_operands, walk)
 
 from . import index as ix
 
@@ -225,6 +225,12 @@ def prefetch_next(body: list[Stmt], iv: Var, step: Expr, carried: list,
     """`body` of a `for` loop over `iv` (see the module docstring) with prefetch hints for
     the next iteration's tile loads; `carried`: the loop's carried storage (Vars and arrays);
     `fresh(name, dtype)`: a new variable of the kernel."""
+    if any(isinstance(s, TileDot) for s in walk(body)):
+        # A loop feeding a CPU's matrix unit gets no hints: its tile loads (a 64-byte line
+        # per row of a tile, every 16 cycles) need the same L1 miss buffers, and the unit
+        # outruns the hints' traffic.  bfloat16 matmul on AMX, Emerald Rapids: 2048^3 on two
+        # threads 17.6 -> 14.8 ms without them, 4096^3 138 -> 113 ms, one thread 35 -> 30 ms.
+        return body
     counts: dict[str, int] = {}
     _assigned(body, counts)
     scalars = [c for c in carried if isinstance(c, Var)]

@@ -53,7 +53,7 @@ def test_few_rows_get_a_tile_of_their_height(backend, rng, monkeypatch):
     mm = importlib.import_module("kdsl.kernels.matmul")
     M, K, N = 3, 40, 1030
     rows = configs.row_height(M, backend)
-    tuner = mm._tuner(backend, 1024 * 1024 * 4, M)  # the largest tiles' size class
+    tuner = mm._tuner(backend, configs.MATMUL, 1024 * 1024 * 4, M)  # the largest tiles
     assert all(c.kwargs["BLOCK_M"] <= rows for c in tuner.configs)
     assert len(set(tuner.configs)) == len(tuner.configs)
     launched = []

@@ -1,0 +1,172 @@
+"""CPU matrix-unit `dot` strategy (capability "tile_dot"): bfloat16 and int8 dots as blocks of
+Loop IR `TileDot` statements, which a backend runs on the CPU's tile registers (the llvm
+backend: Intel AMX, `tdpbf16ps` / `tdpbssd`, backends/llvm_amx.py).
+
+    dot(a: M x K, b: K x N, acc: M x N)      a, b bfloat16 -> float32  ("tile_dot_bf16")
+                                             a, b int8     -> int32    ("tile_dot_int8")
+
+A matrix unit multiplies 16 x 16 output tiles by K steps of 32 bfloat16 (64 int8) values, and
+reads its operands as words of `g` consecutive values of k (g = 2 for bfloat16, 4 for int8): a
+as rows of k, b with `g` rows interleaved (the "VNNI" layout).  Both are copied, once per dot,
+into arrays of their bits (bfloat16 as uint16, int8 as is):
+
+    ap[m * K + k] = a[m, k]                            (a's rows, k contiguous)
+    bp[(k // g) * g*N + g * n + k % g] = b[k, n]       (b's rows, g at a time, interleaved)
+
+each copy a loop nest whose inner loop runs along n or k.  An operand that is a load the dot
+alone reads (the usual `a = load(...); acc = dot(a, b, acc)`) is copied straight from memory:
+its values are recomputed in the copy's loop (`eval_at`) with coordinates the loop computes
+(`ix.nest`), so that the load's pointer arithmetic stays affine in the loop variables and the
+float32 register array its group wrote is never read (LLVM then deletes it).  Other operands
+are read from their register arrays (16-bit floats are float32 there: a bfloat16's bits are
+the high half of its float32's).  The output is then cut into blocks of at most 8 tiles (4
+accumulator tiles of a 32 x 32 block, 2 of a and 2 of b), each block a `TileDot` over the whole
+K: the accumulators stay in tile registers for the block's K loop, and the dot's output array
+is read and written once per block.
+
+Where the types, the shapes (M, N multiples of 16, K of 16 * g) or the target do not allow it,
+the fallback strategy runs (the register-blocked micro-kernel, dot_cpu.py).
+
+Numerics: bfloat16 products are exact in float32; the unit sums them in its own order and
+precision (AMX's is not the sequential fused multiply-add chain of the micro-kernel: results
+can differ in the last bits), reads bfloat16 subnormals as zero and flushes subnormal results.
+int8 sums are exact.  docs/numerics.md states both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kdsl.ir import tile
+from kdsl.ir.loop import (
+    TILE,
+    TILE_DOT_KINDS,
+    VECTOR_HINT,
+    ArrayStore,
+    Assign,
+    Binary,
+    Bitcast,
+    Cast,
+    Comment,
+    Const,
+    Expr,
+    For,
+    Index,
+    Stmt,
+    TileDot,
+    Var,
+)
+from kdsl.ir.types import bfloat16, float32, int8, int32, uint16, uint32
+from kdsl.target import Target
+
+from . import index as ix
+from .analysis import is_zero_const
+from .context import LoweringContext
+from .dot_cpu import dot_output
+from .elementwise import register_type
+
+# (a's and b's element type, the result's) -> TileDot kind
+KINDS = {(bfloat16, float32): "bf16", (int8, int32): "int8"}
+
+# Output blocks, most accumulator tiles first: (rows, cols) in tiles of TILE x TILE.  A block of
+# tm x tn tiles holds tm * tn accumulators, tm tiles of a and tn of b: at most 8 tile registers.
+BLOCKS = ((2, 2), (3, 1), (1, 3), (2, 1), (1, 2), (1, 1))
+
+
+def tile_kind(op: tile.Op) -> str | None:
+    """The TileDot kind of dot `op` by its types, or None."""
+    a, b = op.operands[:2]
+    if a.type.elem != b.type.elem:
+        return None
+    return KINDS.get((a.type.elem, op.result.type.elem))
+
+
+def takes(target: Target, op: tile.Op) -> bool:
+    """Whether `tile_dot` lowers dot `op` on `target` (types, shapes and capabilities)."""
+    kind = tile_kind(op)
+    if kind is None or not target.has(f"tile_dot_{kind}"):
+        return False
+    acc_t, g, _ = TILE_DOT_KINDS[kind]
+    a, b = op.operands[:2]
+    M, K = a.shape
+    N = b.shape[1]
+    return (M % TILE == 0 and N % TILE == 0 and K % (TILE * g) == 0
+            and register_type(op.result.type) == acc_t)
+
+
+def choose_block(M: int, N: int) -> tuple[int, int]:
+    """(rows, cols) of the output blocks: the first of BLOCKS dividing an M x N output."""
+    return next((tm * TILE, tn * TILE) for tm, tn in BLOCKS
+                if M % (tm * TILE) == 0 and N % (tn * TILE) == 0)
+
+
+def _bits(x: Expr, kind: str) -> Expr:
+    """The operand array's element for value `x` held in registers: a bfloat16 (a float32
+    whose low half is zero) as its uint16 pattern; an int8 as itself."""
+    if kind == "bf16":
+        return Cast(Binary("shr", Bitcast(x, uint32), Const(16, uint32)), uint16)
+    return x
+
+
+def _operand(L: LoweringContext, v: tile.Value) -> Callable[[Expr, Expr], Expr]:
+    """`value(e, coords)`: element `coords` of operand `v` in a packing loop, `e` a fresh
+    variable the loop may use as its flat index.  A value the dot may recompute (a load only
+    it reads) is re-read from memory; any other is read from its register array."""
+    if L.remat_ok(v):
+        def recomputed(e: Var, coords: list[Expr]) -> Expr:
+            ix.nest(e, ix.nest_dims(v.shape), tuple(c for c, d in zip(coords, v.shape)
+                                                    if d != 1))
+            return L.eval_at(v, e)
+        return recomputed
+    base = L.view(v)[0]
+    arr = L.addressable(base)[0]
+    return lambda e, coords: Index(arr, L.at(v, coords)[1])
+
+
+def tile_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
+    """The matrix-unit dot where the types, shapes and target allow it, else `fallback`."""
+    if not takes(L.target, op):
+        fallback(L, op)
+        return
+    kind = tile_kind(op)
+    acc_t, g, _ = TILE_DOT_KINDS[kind]
+    a, b = op.operands[:2]
+    M, K = a.shape
+    N = b.shape[1]
+    L.close()
+    part = TILE_DOT_KINDS[kind][2]
+    a_val, b_val = _operand(L, a), _operand(L, b)
+    zero = is_zero_const(L.canon(op.operands[-1]))
+    out = dot_output(L, op, acc_t, M * N, fill=not zero)
+
+    # a's copy: rows of k, k innermost
+    ap = L.array("apack", part, M * K)
+    m, k = L.var("m", int32), L.var("k", int32)
+    ea = L.var("ea", int32)
+    L.emit(For(m, ix.c32(0), ix.c32(M), ix.c32(1),
+               [For(k, ix.c32(0), ix.c32(K), ix.c32(1),
+                    [Comment(VECTOR_HINT), Assign(ea, ix.flatten([m, k], a.shape)),
+                     ArrayStore(ap, ix.add(ix.mul(m, K), k),
+                                _bits(a_val(ea, [m, k]), kind))])]))
+    # b's copy: for each group of g rows, their values of column n side by side (n innermost:
+    # g contiguous reads, one interleaved write)
+    bp = L.array("bpack", part, K * N)
+    q, n = L.var("q", int32), L.var("n", int32)
+    body: list[Stmt] = [Comment(VECTOR_HINT)]
+    for r in range(g):
+        eb = L.var("eb", int32)
+        row = ix.add(ix.mul(q, g), ix.c32(r))
+        body += [Assign(eb, ix.flatten([row, n], b.shape)),
+                 ArrayStore(bp, ix.add(ix.add(ix.mul(q, g * N), ix.mul(n, g)), ix.c32(r)),
+                            _bits(b_val(eb, [row, n]), kind))]
+    L.emit(For(q, ix.c32(0), ix.c32(K // g), ix.c32(1),
+               [For(n, ix.c32(0), ix.c32(N), ix.c32(1), body)]))
+    rows, cols = choose_block(M, N)
+    m0, n0 = L.var("m0", int32), L.var("n0", int32)
+    block = TileDot(kind, out, ix.add(ix.mul(m0, N), n0), N, ap, ix.mul(m0, K), K,
+                    bp, ix.mul(n0, g), g * N, rows, cols, K, zero)
+    # n0 outside m0: a block column of b's copy (K x cols values) stays in L1 while the
+    # row blocks of a's copy stream past it
+    L.emit(For(n0, ix.c32(0), ix.c32(N), ix.c32(cols),
+               [For(m0, ix.c32(0), ix.c32(M), ix.c32(rows), [block])]))
+    L.regs[op.result.id] = out
