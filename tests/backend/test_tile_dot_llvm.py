@@ -1,0 +1,97 @@
+"""bfloat16 and int8 dots on the CPU's matrix unit (Intel AMX) through the llvm backend
+(kdsl/lowering/dot_tile.py, backends/llvm_amx.py): the tile instructions in the machine code,
+results against float64 / int64 references, the library's matmul, and KDSL_LLVM_MATRIX=none.
+Skipped, saying why, on a CPU without AMX or where Linux refuses the tile state;
+tests/unit/test_tile_dot.py checks the lowering in the simulator everywhere."""
+
+from __future__ import annotations
+
+import kdsl.kernels as K
+import numpy as np
+import pytest
+from kcases import rand
+from kdsl.backends import get_backend, llvm_host
+from kdsl.kernels import configs
+from kdsl.kernels import reference as R
+
+import kdsl as kd
+from kdsl.ir.float_bits import bf16_bits, bf16_from_bits
+from kdsl.testing import assert_close
+
+if "llvm" not in kd.available_backends():
+    pytest.skip("the llvm backend is not available", allow_module_level=True)
+if "tile_dot_bf16" not in llvm_host.matrix_caps():
+    pytest.skip("no matrix unit: this CPU has no AMX (amx-tile, amx-bf16), Linux refused the "
+                "tile state, or KDSL_LLVM_MATRIX=none", allow_module_level=True)
+
+
+@kd.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr, BK: kd.constexpr,
+       ACC_INT: kd.constexpr):
+    rm = kd.program_id(0) * BM + kd.arange(0, BM)
+    rn = kd.program_id(1) * BN + kd.arange(0, BN)
+    rk = kd.arange(0, BK)
+    if ACC_INT:
+        acc = kd.zeros((BM, BN), dtype=kd.int32)
+    else:
+        acc = kd.zeros((BM, BN), dtype=kd.float32)
+    for k0 in range(0, K, BK):
+        a = kd.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :],
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0)
+        b = kd.load(b_ptr + (k0 + rk)[:, None] * N + rn[None, :],
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0)
+        acc = kd.dot(a, b, acc)
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _bf16(rng, shape):
+    bits = bf16_bits(rng.standard_normal(shape).astype(np.float32))
+    return bits, bf16_from_bits(bits).astype(np.float64)
+
+
+def _run_bf16(rng, M, N, Kd, BM=64, BN=64, BK=64):
+    (a, af), (b, bf) = _bf16(rng, (M, Kd)), _bf16(rng, (Kd, N))
+    a, b = kd.bfloat16_view(a), kd.bfloat16_view(b)
+    c = np.zeros((M, N), np.float32)
+    args = (a, b, c, M, N, Kd)
+    meta = dict(BM=BM, BN=BN, BK=BK, ACC_INT=False)
+    mm[(-(-M // BM), -(-N // BN))](*args, **meta, backend="llvm")
+    return c, af @ bf, mm.compile(*args, **meta, backend="llvm")
+
+
+def test_bf16_dot_runs_on_the_tiles(rng):
+    # ragged edges in every dimension, many programs over the pool's threads
+    c, ref, ck = _run_bf16(rng, 200, 136, 300)
+    asm = ck.ir["asm"]
+    assert "tdpbf16ps" in asm and "ldtilecfg" in asm and "tilerelease" in asm
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_int8_dot_is_exact_on_the_tiles(rng):
+    M, N, Kd = 96, 80, 320
+    a = rng.integers(-128, 128, (M, Kd), dtype=np.int8)
+    b = rng.integers(-128, 128, (Kd, N), dtype=np.int8)
+    c = np.zeros((M, N), np.int32)
+    meta = dict(BM=32, BN=16, BK=128, ACC_INT=True)
+    mm[(3, 5)](a, b, c, M, N, Kd, **meta, backend="llvm")
+    np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))
+    assert "tdpbssd" in mm.compile(a, b, c, M, N, Kd, **meta, backend="llvm").ir["asm"]
+
+
+def test_matrix_unit_off_gives_the_vector_micro_kernel(rng, monkeypatch):
+    monkeypatch.setenv(llvm_host.MATRIX_ENV, "none")
+    assert "tile_dot" not in get_backend("llvm").target(1).caps
+    c, ref, ck = _run_bf16(rng, 64, 64, 128)
+    assert "tdpbf16ps" not in ck.ir["asm"] and "vfmadd" in ck.ir["asm"]
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("M, N, Kd", [(300, 200, 130), (1, 256, 512), (512, 512, 512)])
+def test_library_matmul_in_bfloat16(rng, M, N, Kd):
+    # the table of the matrix unit (BLOCK_K 256) and its ragged edges; bias and activation
+    assert configs.matmul_table("llvm", "bfloat16") is configs.MATMUL_TILE
+    a16, b16, bias16 = (rand(rng, s, "bfloat16") for s in ((M, Kd), (Kd, N), (N,)))
+    got = K.matmul(a16, b16, bias=bias16, activation="silu", backend="llvm")
+    want = R.matmul(a16, b16, bias=bias16, activation="silu")
+    assert_close(got, want, k=Kd)
