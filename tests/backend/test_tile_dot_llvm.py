@@ -51,13 +51,15 @@ def _bf16(rng, shape):
 
 
 def _run_bf16(rng, M, N, Kd, BM=64, BN=64, BK=64):
+    """A fresh compile (KDSL_LLVM_MATRIX is read when a kernel compiles) and its run."""
     (a, af), (b, bf) = _bf16(rng, (M, Kd)), _bf16(rng, (Kd, N))
     a, b = kd.bfloat16_view(a), kd.bfloat16_view(b)
     c = np.zeros((M, N), np.float32)
     args = (a, b, c, M, N, Kd)
     meta = dict(BM=BM, BN=BN, BK=BK, ACC_INT=False)
-    mm[(-(-M // BM), -(-N // BN))](*args, **meta, backend="llvm")
-    return c, af @ bf, mm.compile(*args, **meta, backend="llvm")
+    kernel = kd.jit(mm.fn)
+    kernel[(-(-M // BM), -(-N // BN))](*args, **meta, backend="llvm")
+    return c, af @ bf, kernel.compile(*args, **meta, backend="llvm")
 
 
 def test_bf16_dot_runs_on_the_tiles(rng):
@@ -85,6 +87,9 @@ def test_matrix_unit_off_gives_the_vector_micro_kernel(rng, monkeypatch):
     c, ref, ck = _run_bf16(rng, 64, 64, 128)
     assert "tdpbf16ps" not in ck.ir["asm"] and "vfmadd" in ck.ir["asm"]
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=2e-5 * np.abs(ref).max())
+    monkeypatch.setenv(llvm_host.MATRIX_ENV, "auto")
+    _, _, ck = _run_bf16(rng, 64, 64, 128)
+    assert "tdpbf16ps" in ck.ir["asm"]
 
 
 @pytest.mark.parametrize("M, N, Kd", [(300, 200, 130), (1, 256, 512), (512, 512, 512)])
@@ -95,3 +100,18 @@ def test_library_matmul_in_bfloat16(rng, M, N, Kd):
     got = K.matmul(a16, b16, bias=bias16, activation="silu", backend="llvm")
     want = R.matmul(a16, b16, bias=bias16, activation="silu")
     assert_close(got, want, k=Kd)
+
+
+def test_example_shows_the_unit_and_the_micro_kernel(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / "cpu_matrix_unit.py"
+    spec = importlib.util.spec_from_file_location("cpu_matrix_unit", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main()
+    auto, none = [line for line in capsys.readouterr().out.splitlines() if "=auto" in line
+                  or "=none" in line]
+    assert "'tdpbf16ps': 0" not in auto and "'vfmadd231ps': 0" in auto
+    assert "'tdpbf16ps': 0" in none and "'vfmadd231ps': 0" not in none
