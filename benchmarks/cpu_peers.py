@@ -3,14 +3,15 @@ table of the "CPU performance" targets.  Each row times kdsl and every peer once
 a rotating order after a short pause, and prints medians, the spread (max / min of kdsl's
 rounds: these hosts are shared) and peer time / kdsl time (>= the target is met).
 
-    python benchmarks/cpu_peers.py [--only matmul,attention,mlp,softmax,norms,quant]
+    python benchmarks/cpu_peers.py [--only matmul,attention,mlp,softmax,norms,quant,bf16]
         [--rounds 9] [--sizes 1024,2048,4096]
 
 Peers: NumPy (OpenBLAS) and torch CPU for matmul, torch SDPA for attention, torch for the
 SwiGLU MLP, softmax and the norms (and Numba parallel fastmath where importable, as in
 numba_peers.py, each allocating its output as the library does), the memory-bandwidth limit
 for the int4 M=1 quant matmul (its weight bytes over the copy bandwidth measured in the same
-run; timed with the caches swept before each call).  Outputs are checked against the first
+run; timed with the caches swept before each call); torch's bfloat16 ops for the `bf16` rows
+(matmul, attention, mlp with bfloat16 inputs).  Outputs are checked against the first
 peer before timing.
 """
 
@@ -120,6 +121,39 @@ def bench_mlp(o, torch) -> None:
         max(3, o.rounds // 2), _close(1e-3, 1e-3))
 
 
+def bench_bf16(o, torch) -> None:
+    """bfloat16 inputs (the library takes torch tensors in place and returns bfloat16 ones)
+    against torch's bfloat16 ops (oneDNN; AMX where the CPU has it, as kdsl's matrix-unit
+    dots): no target of the issue, the ratio is reported."""
+    if torch is None:
+        print("bf16: torch not installed")
+        return
+    bf = torch.bfloat16
+
+    def close(rtol: float, atol: float):
+        inner = _close(rtol, atol)
+        return lambda ours, peer: inner(ours.float().numpy(), peer.float().numpy())
+
+    for n in o.sizes:
+        ta, tb = (torch.from_numpy(_f32(n, n)).to(bf) for _ in range(2))
+        row(f"matmul {n}^3 bf16", lambda ta=ta, tb=tb: K.matmul(ta, tb, backend="llvm"),
+            {"torch": lambda ta=ta, tb=tb: ta @ tb}, None, o.rounds, close(2e-2, 2e-1))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for s, causal in ((1024, False), (4096, True)):
+        q, k, v = (torch.from_numpy(_f32(1, 8, s, 64)).to(bf) for _ in range(3))
+        row(f"attention B1 H8 S{s} D64{' causal' if causal else ''} bf16",
+            lambda q=q, k=k, v=v, c=causal: K.attention(q, k, v, causal=c, backend="llvm"),
+            {"sdpa": lambda q=q, k=k, v=v, c=causal: sdpa(q, k, v, is_causal=c)},
+            None, max(3, o.rounds // (4 if s > 1024 else 1)), close(2e-2, 2e-2))
+    t = [torch.from_numpy(a).to(bf) for a in (_f32(512, 2048), _f32(2048, 5504, scale=1 / 45),
+                                             _f32(2048, 5504, scale=1 / 45),
+                                             _f32(5504, 2048, scale=1 / 74))]
+    F = torch.nn.functional
+    row("mlp (SwiGLU) 512x2048x5504 bf16", lambda: K.mlp(t[0], t[1], t[2], t[3], backend="llvm"),
+        {"torch": lambda: (F.silu(t[0] @ t[1]) * (t[0] @ t[2])) @ t[3]}, None,
+        max(3, o.rounds // 2), close(3e-2, 3e-2))
+
+
 def _fresh(fn: Callable[..., object], x: np.ndarray, *args: object) -> np.ndarray:
     """A Numba peer as a function returning a new array, like the library and torch (the
     first touch of a fresh 128 MiB output costs ~10 ms of page faults on these hosts)."""
@@ -203,7 +237,8 @@ def bench_quant(o, torch) -> None:
 
 
 BENCHES = {"matmul": bench_matmul, "attention": bench_attention, "mlp": bench_mlp,
-           "softmax": bench_softmax, "norms": bench_norms, "quant": bench_quant}
+           "softmax": bench_softmax, "norms": bench_norms, "quant": bench_quant,
+           "bf16": bench_bf16}
 
 
 def main() -> None:

@@ -116,28 +116,6 @@ MATMUL_TILE: dict[str, list[Row]] = {
                "num_warps": 1}),
     ],
 }
-# the dot kinds of a matrix unit: input dtype -> the target capability (kdsl/lowering/dot_tile.py)
-MATRIX_UNIT_CAPS = {"bfloat16": "tile_dot_bf16", "int8": "tile_dot_int8"}
-_MATRIX: dict[tuple[Any, str], bool] = {}
-
-
-def matrix_unit(backend: str, dtype: str) -> bool:
-    """Whether `backend` computes dots of `dtype` inputs on a matrix unit here."""
-    be = get_backend(backend)
-    got = _MATRIX.get((be, dtype))
-    if got is None:
-        cap = MATRIX_UNIT_CAPS.get(dtype)
-        got = _MATRIX[(be, dtype)] = cap is not None and be.target(1).has(cap)
-    return got
-
-
-def matmul_table(backend: str, dtype: str) -> dict[str, list[Row]]:
-    """MATMUL_TILE where `backend` has a row of it and a matrix unit for `dtype`, else MATMUL."""
-    if matrix_unit(backend, dtype) and _rows(MATMUL_TILE, backend):
-        return MATMUL_TILE
-    return MATMUL
-
-
 # The fused gate/up kernel (two B tiles and two accumulators per step): 256x128x64 above
 # 256^2 outputs.  SwiGLU 512x2048x5504, Emerald Rapids, two threads, interleaved with torch:
 # 145-153 ms against 155-170 for 128x128x128; 128x256x64 158-160, 256x256x64 177-181, 64x256x128
@@ -147,6 +125,43 @@ MLP: dict[str, list[Row]] = {
     "cpu": [row for row in MATMUL["cpu"] if row[0] <= 256 * 256] + [
         (INF, {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 1})],
 }
+# bfloat16 gate/up on a matrix unit (two accumulators, see MATMUL_TILE): SwiGLU 512 x 2048 x
+# 5504, Emerald Rapids, two threads, the kernel alone: 256 x 256 x 256 23.3 ms (256 x 128 x 256
+# 24.1, 128 x 128 x 256 26.1, the float32 row's 256 x 128 x 64 32.1; torch 26.0 ms).
+MLP_TILE: dict[str, list[Row]] = {
+    "default": [],
+    "cpu": [row for row in MATMUL_TILE["cpu"] if row[0] <= 512 * 512] + [
+        (INF, {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 256, "GROUP_M": 8,
+               "num_warps": 1})],
+}
+# the dot kinds of a matrix unit: input dtype -> the target capability (kdsl/lowering/dot_tile.py)
+MATRIX_UNIT_CAPS = {"bfloat16": "tile_dot_bf16", "int8": "tile_dot_int8"}
+# table -> the table that replaces it for dtypes a matrix unit computes
+MATRIX_TABLES: tuple[tuple[dict[str, list[Row]], dict[str, list[Row]]], ...] = (
+    (MATMUL, MATMUL_TILE), (MLP, MLP_TILE))
+_MATRIX: dict[tuple[Any, str], bool] = {}
+
+
+def matrix_unit(backend: str, dtype: str) -> bool:
+    """Whether `backend` computes dots of `dtype` inputs on a matrix unit (decided once per
+    process and backend: KDSL_LLVM_MATRIX is read when kernels compile)."""
+    be = get_backend(backend)
+    got = _MATRIX.get((be, dtype))
+    if got is None:
+        cap = MATRIX_UNIT_CAPS.get(dtype)
+        got = _MATRIX[(be, dtype)] = cap is not None and be.target(1).has(cap)
+    return got
+
+
+def table_for(table: dict[str, list[Row]], backend: str, dtype: str) -> dict[str, list[Row]]:
+    """`table`, or its matrix-unit table (MATRIX_TABLES) where `backend` computes dots of
+    `dtype` on a matrix unit and that table has a row for the backend's profile."""
+    for plain, tile in MATRIX_TABLES:
+        if plain is table and matrix_unit(backend, dtype) and _rows(tile, backend):
+            return tile
+    return table
+
+
 QUANT: dict[str, list[Row]] = {
     "default": [(INF, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
                        "num_warps": 4})],

@@ -129,7 +129,7 @@ def launch_matmul(a: Arg, b: Arg, bias: Arg | None, act: int, backend: str) -> A
         flags.update(A_T=a_t, B_T=b_t)
     if wide_offsets(a, b, out):
         flags["WIDE"] = True
-    table = configs.matmul_table(backend, a.dtype)
+    table = configs.table_for(configs.MATMUL, backend, a.dtype)
     if a.device is None and backend != reference_backend() and autotune_enabled():
         # host arrays: the autotuner picks the fastest configuration that agrees with the
         # table's (per backend, device and (M, N, K); cached on disk; KDSL_AUTOTUNE=0 skips it)

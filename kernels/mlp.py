@@ -63,7 +63,8 @@ def mlp(x: Any, w_gate: Any, w_up: Any, w_down: Any, backend: str | None = None)
         # fewer rows than the tile: a tile of M's height (not below the backend's floor), not
         # masked rows computed and dropped (CPU, M = 128, F = 1024: 3.7 ms with 256 rows), as
         # quant_matmul does
-        meta = configs.fit_rows(configs.pick(configs.MLP, be, M * F), M, be)
+        table = configs.table_for(configs.MLP, be, x_.dtype)
+        meta = configs.fit_rows(configs.pick(table, be, M * F), M, be)
         grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(F, meta["BLOCK_N"]),)
         wide = {"WIDE": True} if wide_offsets(x_, wg, wu, h) else {}
         gate_up_kernel[grid](x_.kernel_arg, wg.kernel_arg, wu.kernel_arg, h.kernel_arg, M, F, K,

@@ -95,7 +95,8 @@ def test_matrix_unit_off_gives_the_vector_micro_kernel(rng, monkeypatch):
 @pytest.mark.parametrize("M, N, Kd", [(300, 200, 130), (1, 256, 512), (512, 512, 512)])
 def test_library_matmul_in_bfloat16(rng, M, N, Kd):
     # the table of the matrix unit (BLOCK_K 256) and its ragged edges; bias and activation
-    assert configs.matmul_table("llvm", "bfloat16") is configs.MATMUL_TILE
+    assert configs.table_for(configs.MATMUL, "llvm", "bfloat16") is configs.MATMUL_TILE
+    assert configs.table_for(configs.MATMUL, "llvm", "float16") is configs.MATMUL
     a16, b16, bias16 = (rand(rng, s, "bfloat16") for s in ((M, Kd), (Kd, N), (N,)))
     got = K.matmul(a16, b16, bias=bias16, activation="silu", backend="llvm")
     want = R.matmul(a16, b16, bias=bias16, activation="silu")
@@ -115,3 +116,13 @@ def test_example_shows_the_unit_and_the_micro_kernel(capsys):
                   or "=none" in line]
     assert "'tdpbf16ps': 0" not in auto and "'vfmadd231ps': 0" in auto
     assert "'tdpbf16ps': 0" in none and "'vfmadd231ps': 0" not in none
+
+
+def test_library_mlp_in_bfloat16(rng):
+    # both kernels on the unit: the fused gate/up (x read by two dots) and the down matmul
+    M, D, F = 70, 256, 320
+    x = rand(rng, (M, D), "bfloat16")
+    wg, wu = rand(rng, (D, F), "bfloat16", 1 / 16), rand(rng, (D, F), "bfloat16", 1 / 16)
+    wd = rand(rng, (F, D), "bfloat16", 1 / 18)
+    assert configs.table_for(configs.MLP, "llvm", "bfloat16") is configs.MLP_TILE
+    assert_close(K.mlp(x, wg, wu, wd, backend="llvm"), R.mlp(x, wg, wu, wd), k=D + F, k_out=2)
