@@ -32,7 +32,7 @@ from kdsl.ir.types import DType, PointerType, int1
 from kdsl.runtime.stages import Lazy
 from kdsl.target import Target
 
-from . import llvm_amx, llvm_atomics, llvm_debug, llvm_host, llvm_pool, llvm_shuffle
+from . import llvm_atomics, llvm_debug, llvm_host, llvm_pool, llvm_shuffle, llvm_tile_dot
 from .base import Backend, BoundArg, DirectLauncher
 from .llvm_math import F32, F64, MathLib, fp_to_int_sat, intrinsic
 from .llvm_runtime import GRID_FN, INLINE_GRID, LAUNCH_FN, ArgPacker, GridRunner, workers
@@ -466,7 +466,7 @@ class _FnEmitter:
         llvm_shuffle.emit_transpose(self, s)
 
     def _s_TileDot(self, s: L.TileDot) -> None:
-        llvm_amx.emit_tile_dot(self, s)
+        llvm_tile_dot.emit_tile_dot(self, s)
 
     def _s_Print(self, s: L.Print) -> None:
         llvm_debug.emit_print(self, s)
@@ -574,12 +574,12 @@ class _FnEmitter:
         self.b.call(fn, [self.expr(s.ptr)] + [ir.Constant(I32, v) for v in self._PREFETCH_ARGS])
 
     def emit(self) -> ir.Function:
-        tiles = llvm_amx.uses_tiles(self.k)
-        if tiles:  # the tile registers' shapes, once per program (llvm_amx.py)
-            llvm_amx.configure(self)
+        tiles = llvm_tile_dot.uses_tiles(self.k)
+        if tiles:  # the tile registers' shapes, once per program (llvm_tile_dot.py)
+            llvm_tile_dot.configure(self)
         self.stmts(self.k.body)
         if tiles:
-            llvm_amx.release(self)
+            llvm_tile_dot.release(self)
         self.b.ret_void()
         return self.fn
 
@@ -900,7 +900,7 @@ class LLVMBackend(Backend):
         # matrix unit): part of the disk-cache key, so entries compiled without them are not
         # reused; so is the SIMD profile (vector width and register blocks: llvm_host.py)
         return (_toolchain_id() + "|caps=" + ",".join(sorted(self.host_caps())) + "|"
-                + llvm_host.profile().key())
+                + llvm_host.profile().key() + f"|matrix={llvm_host.matrix_unit()}")
 
     def codegen(self, kernel: L.Kernel) -> str:
         return str(generate_module(kernel))

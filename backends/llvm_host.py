@@ -30,15 +30,18 @@ kdsl compiled before this table existed; handy for side-by-side measurements).
 The chosen profile is part of the backend's `hash()`, so the disk cache never reuses code built
 for another CPU or width.
 
-Matrix units (`matrix_caps`): where LLVM's host features include AMX (`amx-tile` with
-`amx-bf16` / `amx-int8`, Intel Sapphire Rapids and later) and Linux grants the process the
-tile state (AMX's 8 KiB of tile registers are handed out per process, on request:
-`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, Linux 5.16+), the backend offers the
-lowering the capabilities "tile_dot", "tile_dot_bf16" and "tile_dot_int8": bfloat16 and int8
-dots on the tile registers (kdsl/lowering/dot_tile.py, backends/llvm_amx.py).
-`KDSL_LLVM_MATRIX=none` turns them off (every dot on the vector micro-kernel, whose float sums
-are sequential fused multiply-adds); `auto` (default) uses what the host has.  They are part of
-the backend's `hash()` too.
+Matrix units (`MATRIX_UNITS`, `matrix_unit`, `matrix_caps`): where LLVM's host features
+include AMX (`amx-tile` with `amx-bf16` / `amx-int8`, Intel Sapphire Rapids and later) and
+Linux grants the process the tile state (AMX's 8 KiB of tile registers are handed out per
+process, on request: `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, Linux 5.16+), the
+backend offers the lowering the capabilities "tile_dot", "tile_dot_bf16" and "tile_dot_int8":
+bfloat16 and int8 dots as Loop IR `TileDot` blocks (kdsl/lowering/dot_tile.py) run on the tile
+registers; without AMX but with AVX512-BF16 (Cooper Lake, Zen 4 and 5), "tile_dot" and
+"tile_dot_bf16", run as `vdpbf16ps` register blocks (backends/llvm_tile_dot.py).
+`KDSL_LLVM_MATRIX` chooses: `auto` (default: the best the host has), `none` (every dot on the
+float32 micro-kernel, whose float sums are sequential fused multiply-adds), `amx` or
+`avx512bf16` (that unit; an error where the CPU lacks it).  The unit is part of the backend's
+`hash()` too.
 """
 
 from __future__ import annotations
@@ -168,25 +171,77 @@ def profile() -> SimdProfile:
 
 MATRIX_ENV = "KDSL_LLVM_MATRIX"
 
-# capability -> the LLVM host features it needs (all of them)
-MATRIX_RULES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("tile_dot_bf16", frozenset({"amx-tile", "amx-bf16"})),
-    ("tile_dot_int8", frozenset({"amx-tile", "amx-int8"})),
+
+@dataclass(frozen=True)
+class MatrixUnit:
+    """A way to run Loop IR `TileDot` blocks: `name` (what KDSL_LLVM_MATRIX calls it),
+    `kinds` -> the LLVM host features each kind needs (all of them), `grant`: the process must
+    first be given the unit's state by the OS (AMX's tile registers); `auto_cpus`: prefixes of
+    the LLVM CPU names `auto` picks the unit on (empty: every CPU with the features), where it
+    is faster than the float32 micro-kernel."""
+
+    name: str
+    kinds: tuple[tuple[str, frozenset[str]], ...]
+    grant: bool = False
+    auto_cpus: tuple[str, ...] = ()
+
+
+# Best first; the first unit with a kind the host has wins.
+MATRIX_UNITS: tuple[MatrixUnit, ...] = (
+    # AMX: 8 tile registers, `tdpbf16ps` / `tdpbssd` on 16 x 16 output tiles
+    # (backends/llvm_tile_dot.py)
+    MatrixUnit("amx", (("bf16", frozenset({"amx-tile", "amx-bf16"})),
+                       ("int8", frozenset({"amx-tile", "amx-int8"}))), grant=True),
+    # AVX512-BF16 without AMX: `vdpbf16ps`, 16 lanes of bfloat16 pairs per instruction
+    # (backends/llvm_tile_dot.py).  Chosen by `auto` on AMD cores only (Zen 4 and 5 issue it
+    # as fast as an FMA: twice the products): an Emerald Rapids core issues one every two
+    # cycles, 106 GFLOP/s against its FMAs' 212 (measured in C), and a bfloat16 matmul on it
+    # ran at 95 GFLOP/s against the micro-kernel's 139 (2048^3, one thread).
+    MatrixUnit("avx512bf16", (("bf16", frozenset({"avx512f", "avx512bf16"})),),
+               auto_cpus=("znver",)),
 )
 _SYS_ARCH_PRCTL = 158  # x86-64 Linux
 _ARCH_REQ_XCOMP_PERM = 0x1023
 _XFEATURE_XTILEDATA = 18
 
 
-def matrix_units(features: str, permitted: bool) -> frozenset[str]:
-    """The matrix-unit capabilities of a CPU with LLVM feature string `features`, in a process
-    that may (`permitted`) use the tile registers: "tile_dot" plus one "tile_dot_<kind>" per
-    kind of MATRIX_RULES, or none."""
-    if not permitted:
-        return frozenset()
+def unit_kinds(unit: MatrixUnit, features: str) -> tuple[str, ...]:
+    """The TileDot kinds `unit` runs on a CPU with LLVM feature string `features`."""
     on = parse_features(features)
-    caps = {cap for cap, need in MATRIX_RULES if need <= on}
-    return frozenset(caps | {"tile_dot"}) if caps else frozenset()
+    if "evex512-off" in on:
+        return ()  # (512-bit vectors off: AVX10/256 parts)
+    return tuple(kind for kind, need in unit.kinds if need <= on)
+
+
+def choose_unit(features: str, permitted: bool, want: str = "auto", cpu: str = ""
+                ) -> tuple[str | None, tuple[str, ...]]:
+    """(unit name, its kinds) for a CPU with LLVM feature string `features` and LLVM name
+    `cpu`, in a process the OS grants (`permitted`) the tile state or not; `want` is a
+    KDSL_LLVM_MATRIX value (auto, none, or a unit's name: that unit, ValueError where the CPU
+    lacks it)."""
+    if want == "none":
+        return None, ()
+    for unit in MATRIX_UNITS:
+        if want not in ("auto", unit.name):
+            continue
+        if want == "auto" and unit.auto_cpus and not cpu.startswith(unit.auto_cpus):
+            continue
+        kinds = unit_kinds(unit, features) if permitted or not unit.grant else ()
+        if kinds:
+            return unit.name, kinds
+        if want == unit.name:
+            raise ValueError(f"{MATRIX_ENV}={want}: this CPU (or process) has no such unit")
+    if want != "auto":
+        names = ", ".join(["auto", "none", *(u.name for u in MATRIX_UNITS)])
+        raise ValueError(f"{MATRIX_ENV}={want!r}: expected one of {names}")
+    return None, ()
+
+
+def matrix_units(features: str, permitted: bool, cpu: str = "") -> frozenset[str]:
+    """The capabilities the best unit of a CPU with `features` (LLVM name `cpu`) gives the
+    lowering: "tile_dot" plus "tile_dot_<kind>" per kind it runs (none without a unit)."""
+    kinds = choose_unit(features, permitted, "auto", cpu)[1]
+    return frozenset({"tile_dot", *(f"tile_dot_{k}" for k in kinds)}) if kinds else frozenset()
 
 
 @lru_cache(maxsize=1)
@@ -202,25 +257,27 @@ def tile_state_permitted() -> bool:
         return False
 
 
-@lru_cache(maxsize=4)
-def _matrix(env: str) -> frozenset[str]:
-    value = env.strip().lower()
-    if value == "none":
-        return frozenset()
-    if value not in ("", "auto"):
-        raise ValueError(f"{MATRIX_ENV}={env!r}: expected auto or none")
+@lru_cache(maxsize=8)
+def _matrix(env: str) -> tuple[str | None, tuple[str, ...]]:
     import llvmlite.binding as llvm
 
     features = llvm.get_host_cpu_features().flatten()
-    if not any(f"+{f}" in features for _, need in MATRIX_RULES for f in need):
-        return frozenset()  # (no syscall on CPUs without a matrix unit)
-    return matrix_units(features, tile_state_permitted())
+    # (the OS is asked for the tile state only on CPUs that have tiles)
+    tiles = "+amx-tile" in features
+    return choose_unit(features, tiles and tile_state_permitted(),
+                       env.strip().lower() or "auto", llvm.get_host_cpu_name())
+
+
+def matrix_unit() -> str | None:
+    """The unit the llvm backend runs `TileDot` on now (None: none): the host's best, or the
+    one KDSL_LLVM_MATRIX names."""
+    return _matrix(os.environ.get(MATRIX_ENV, ""))[0]
 
 
 def matrix_caps() -> frozenset[str]:
-    """The matrix-unit capabilities the llvm backend offers now (the host's, or none under
-    KDSL_LLVM_MATRIX=none)."""
-    return _matrix(os.environ.get(MATRIX_ENV, ""))
+    """The capabilities of `matrix_unit()` (see `matrix_units`)."""
+    kinds = _matrix(os.environ.get(MATRIX_ENV, ""))[1]
+    return frozenset({"tile_dot", *(f"tile_dot_{k}" for k in kinds)}) if kinds else frozenset()
 
 
 class _FnAttributes(ir.values.FunctionAttributes):
@@ -252,6 +309,6 @@ def apply(module: ir.Module, prof: SimdProfile) -> None:
             fn.attributes = _FnAttributes(fn.attributes, attrs)
 
 
-__all__ = ["ENV", "MATRIX_ENV", "MATRIX_RULES", "RULES", "SimdProfile", "apply", "choose",
-           "matrix_caps", "matrix_units", "override", "parse_features", "profile",
-           "tile_state_permitted"]
+__all__ = ["ENV", "MATRIX_ENV", "MATRIX_UNITS", "RULES", "MatrixUnit", "SimdProfile", "apply",
+           "choose", "choose_unit", "matrix_caps", "matrix_unit", "matrix_units", "override",
+           "parse_features", "profile", "tile_state_permitted", "unit_kinds"]

@@ -1,6 +1,6 @@
 """CPU matrix-unit `dot` strategy (capability "tile_dot"): bfloat16 and int8 dots as blocks of
-Loop IR `TileDot` statements, which a backend runs on the CPU's tile registers (the llvm
-backend: Intel AMX, `tdpbf16ps` / `tdpbssd`, backends/llvm_amx.py).
+Loop IR `TileDot` statements, which a backend runs on the CPU's matrix unit (the llvm backend:
+Intel AMX's `tdpbf16ps` / `tdpbssd`, or AVX512-BF16's `vdpbf16ps`; backends/llvm_tile_dot.py).
 
     dot(a: M x K, b: K x N, acc: M x N)      a, b bfloat16 -> float32  ("tile_dot_bf16")
                                              a, b int8     -> int32    ("tile_dot_int8")

@@ -1,5 +1,5 @@
 """bfloat16 and int8 dots on the CPU's matrix unit (Intel AMX) through the llvm backend
-(kdsl/lowering/dot_tile.py, backends/llvm_amx.py): the tile instructions in the machine code,
+(kdsl/lowering/dot_tile.py, backends/llvm_tile_dot.py): the tile instructions in the machine code,
 results against float64 / int64 references, the library's matmul, and KDSL_LLVM_MATRIX=none.
 Skipped, saying why, on a CPU without AMX or where Linux refuses the tile state;
 tests/unit/test_tile_dot.py checks the lowering in the simulator everywhere."""
@@ -90,6 +90,29 @@ def test_matrix_unit_off_gives_the_vector_micro_kernel(rng, monkeypatch):
     monkeypatch.setenv(llvm_host.MATRIX_ENV, "auto")
     _, _, ck = _run_bf16(rng, 64, 64, 128)
     assert "tdpbf16ps" in ck.ir["asm"]
+
+
+def test_vector_unit_when_named(rng, monkeypatch):
+    # KDSL_LLVM_MATRIX=avx512bf16: the same TileDot blocks as vdpbf16ps register blocks;
+    # int8 dots have no kind on that unit and keep the micro-kernel (exact either way)
+    import llvmlite.binding as llvm
+
+    if "+avx512bf16" not in llvm.get_host_cpu_features().flatten():
+        pytest.skip("this CPU has no AVX512-BF16")
+    monkeypatch.setenv(llvm_host.MATRIX_ENV, "avx512bf16")
+    assert get_backend("llvm").target(1).caps >= {"tile_dot", "tile_dot_bf16"}
+    assert "tile_dot_int8" not in get_backend("llvm").target(1).caps
+    c, ref, ck = _run_bf16(rng, 100, 80, 200, BM=64, BN=48, BK=64)
+    asm = ck.ir["asm"]
+    assert "vdpbf16ps" in asm and "tdpbf16ps" not in asm and "ldtilecfg" not in asm
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=2e-5 * np.abs(ref).max())
+    M, N, Kd = 32, 32, 128
+    a = rng.integers(-128, 128, (M, Kd), dtype=np.int8)
+    b = rng.integers(-128, 128, (Kd, N), dtype=np.int8)
+    c8 = np.zeros((M, N), np.int32)
+    kd.jit(mm.fn)[(1, 1)](a, b, c8, M, N, Kd, BM=32, BN=32, BK=64, ACC_INT=True,
+                          backend="llvm")
+    np.testing.assert_array_equal(c8, a.astype(np.int64) @ b.astype(np.int64))
 
 
 @pytest.mark.parametrize("M, N, Kd", [(300, 200, 130), (1, 256, 512), (512, 512, 512)])

@@ -220,6 +220,24 @@ def test_matrix_units_follow_features_and_the_grant():
     assert llvm_host.matrix_units("+avx512f,-amx-tile,+amx-bf16", True) == frozenset()
 
 
+def test_vector_unit_where_it_beats_the_micro_kernel():
+    # AVX512-BF16 without AMX: `auto` takes it on AMD cores (vdpbf16ps as fast as an FMA)
+    # only; a named unit is taken anywhere it exists, and refused where it does not
+    bf16 = "+avx512f,+avx512bf16"
+    assert llvm_host.matrix_units(bf16, True, "znver5") == {"tile_dot", "tile_dot_bf16"}
+    assert llvm_host.matrix_units(bf16, True, "cooperlake") == frozenset()
+    assert llvm_host.choose_unit(bf16, True, "avx512bf16", "cooperlake") == (
+        "avx512bf16", ("bf16",))
+    amx = bf16 + ",+amx-tile,+amx-bf16,+amx-int8"
+    assert llvm_host.choose_unit(amx, True, "auto", "sapphirerapids") == ("amx",
+                                                                          ("bf16", "int8"))
+    assert llvm_host.choose_unit(amx, False, "auto", "znver5")[0] == "avx512bf16"
+    assert llvm_host.choose_unit(amx, True, "none", "x") == (None, ())
+    with pytest.raises(ValueError, match="KDSL_LLVM_MATRIX=amx: this CPU"):
+        llvm_host.choose_unit(bf16, True, "amx", "znver5")
+    assert llvm_host.choose_unit(bf16 + ",-evex512", True, "auto", "znver5") == (None, ())
+
+
 def test_matrix_env_turns_the_units_off(monkeypatch):
     monkeypatch.setenv(llvm_host.MATRIX_ENV, "none")
     assert llvm_host.matrix_caps() == frozenset()
