@@ -3,8 +3,9 @@
 AMX ("amx"): tile instructions, LLVM's `llvm.x86.tile*` intrinsics, which name the tile
 registers tmm0-7 by number.  A kernel that uses tiles configures them once per program
 instance (`configure`: all eight tiles 16 rows of 64 bytes, palette 1, from a constant in the
-module: `ldtilecfg` costs ~150 cycles) and releases them at its end (`release`: the thread's tile state back to its initial
-state, so the OS saves none of it for a thread that no longer computes).  A block of tm x tn
+module: `ldtilecfg` costs ~150 cycles) and releases them at its end (`release`: the
+thread's tile state back to its initial state, so the OS saves none of it for a thread that
+no longer computes).  A block of tm x tn
 16 x 16 output tiles (`emit_tile_dot`) takes tiles 0 .. tm*tn-1 for its accumulators, then tm
 for a and tn for b:
 
