@@ -36,12 +36,13 @@ def users(fn: tile.Function, alias: dict[int, tile.Value]) -> dict[int, list[til
 
 
 def read_once(fn: tile.Function, users: dict[int, list[tile.Op]],
-              reader: Callable[[tile.Op], bool]) -> set[int]:
+              reader: Callable[[tile.Op, tile.Value], bool]) -> set[int]:
     """Ids of the values computed only for ops that read each element once in a loop of
-    their own (`reader`): every user is such an op or yields only such values.  The lowering
-    rematerialises them in that loop whatever their size (computed once there either way)
-    instead of storing them: the pointers of `kd.prefetch` hints, the operands of a dot on a
-    CPU's matrix unit (its packing loops, dot_tile.py)."""
+    their own (`reader(op, value)`): every user is such an op or yields only such values.
+    The lowering rematerialises them in that loop whatever their size (computed once there
+    either way) instead of storing them: the pointers of `kd.prefetch` hints, the operands a
+    dot copies into its own panels (a matrix-unit dot's both, dot_tile.py; the CPU
+    micro-kernel's b, dot_cpu.py)."""
     ops = list(fn.walk())
     only: set[int] = set()
     changed = True
@@ -51,7 +52,7 @@ def read_once(fn: tile.Function, users: dict[int, list[tile.Op]],
             for r in op.results:
                 if r.id in only or not users.get(r.id):
                     continue
-                if all(reader(u) or (u.results and all(x.id in only for x in u.results))
+                if all(reader(u, r) or (u.results and all(x.id in only for x in u.results))
                        for u in users[r.id]):
                     only.add(r.id)
                     changed = True

@@ -83,7 +83,7 @@ from kdsl.ir.types import PointerType, int32
 from kdsl.passes.provenance import stored_params
 from kdsl.target import Target
 
-from . import dot_tile
+from . import dot_cpu, dot_tile
 from . import fp8 as mem  # loads and stores (8-bit floats move as their codes)
 from . import index as ix
 from .analysis import ALIASES, addressed_operands, aliases, raw_pointer_loc, read_once, users
@@ -164,8 +164,8 @@ class Lowerer:
         self.users = users(fn, self.alias)
         # values read once per element by a loop of their reader's own (hints, the packing
         # loops of a matrix-unit dot): recomputed there whatever their size
-        self._read_once = read_once(fn, self.users, lambda u: u.kind in tile.HINT_OPS or (
-            u.kind == "dot" and dot_tile.takes(target, u)))
+        self._read_once = read_once(fn, self.users, lambda u, v: u.kind in tile.HINT_OPS or (
+            u.kind == "dot" and v.id in {self.canon(o).id for o in self._packed(u)}))
         self._remat: dict[int, frozenset[int] | None] = {}
         self._remat_loads: set[int] = set()  # ids of the loads that are rematerialised
         # Where each op sits: id(op) -> (its block, its index there); for `_load_remat_ok`.
@@ -410,9 +410,19 @@ class Lowerer:
         those of a dot on a CPU's matrix unit that it may recompute: its packing loops read
         them element by element, as any fused reader does (dot_tile.py)."""
         out = addressed_operands(op)
-        if op.kind == "dot" and dot_tile.takes(self.target, op):
-            out = [o for o in out if not self.remat_ok(o)]
-        return out
+        packed = self._packed(op)
+        return [o for o in out if o not in packed or not self.remat_ok(o)]
+
+    def _packed(self, op: tile.Op) -> list[tile.Value]:
+        """The operands of `op` its strategy copies itself, element by element, in loops of
+        its own: both operands of a matrix-unit dot (dot_tile.py), b of the CPU
+        micro-kernel's (dot_cpu.py `packs_b`)."""
+        if op.kind != "dot":
+            return []
+        if dot_tile.takes(self.target, op):
+            return list(op.operands[:2])
+        b = op.operands[1]
+        return [b] if dot_cpu.packs_b(self.target, op, self.canon(b)) else []
 
     def bind(self, v: tile.Value, expr: Expr, g: Group) -> None:
         """Make `expr` the value of tile `v` in group `g` (a temp unless trivially cheap)."""

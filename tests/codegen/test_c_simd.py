@@ -53,11 +53,12 @@ def test_micro_kernel_accumulators_are_vector_registers():
     assert "float16 blk0[24]" in src
     # large register arrays start on a cache line (vector accesses never split across two)
     assert "float a1[2048] __attribute__((aligned(64)));" in src
-    # both tiles are read where they were loaded (contiguous float32 rows): no packed copy
-    assert "pack" not in src
+    # a is read where it was loaded; b, which only the dot reads, straight from memory into
+    # the dot's panels (dot_cpu.py `_pack_from_memory`), read with vector loads
+    assert "float a1[" in src and "b1[" not in src and "bpack0[" in src
     fma = [line for line in src.splitlines() if "fma(((float16)(" in line]
     assert len(fma) == 2  # the 6-row panels and the 4-row tail
-    assert all("vload16(0, &b1[" in line and "blk0[(" in line for line in fma)
+    assert all("vload16(0, &bpack0[" in line and "blk0[(" in line for line in fma)
     lines = src.splitlines()
     for i, line in enumerate(lines):
         if line.lstrip().startswith("for (kk"):

@@ -312,8 +312,9 @@ def _dot_reads(ck):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_cpu_dot_reads_contiguous_tiles_in_place(dtype):
-    # row-major float32 tiles (16-bit ones are float32 in registers) need no packed copy:
-    # the broadcast reads a's array, the FMA b's rows
+    # row-major float32 tiles (16-bit ones are float32 in registers) need no second copy:
+    # the broadcast reads a's array where it was loaded, the FMA reads b's panels, which b's
+    # load fills straight from memory (only the dot reads b: dot_cpu.py `_pack_from_memory`)
     M, N, K = 16, 64, 24
     rng = np.random.default_rng(2)
     a = rng.standard_normal((M, K)).astype(dtype)
@@ -322,8 +323,13 @@ def test_cpu_dot_reads_contiguous_tiles_in_place(dtype):
     ck = tile_dot[(1,)](a, b, c, M=M, N=N, K=K, backend="llvm")
     assert_close(c, a.astype(np.float64) @ b.astype(np.float64), dtype=np.float32, k=K)
     packs, fma_reads, bcast = _dot_reads(ck)
-    assert not packs, [x.name for x in ck.kernel.arrays]
+    assert set(packs) == {"bpack"}, [x.name for x in ck.kernel.arrays]
     assert len(fma_reads) == 2 and len(bcast) == 1 and not bcast & fma_reads - {"blk"}
+    assert packs["bpack"].name in fma_reads
+    # one tile array besides the panels, the register block and the result: a's
+    tiles = [x.name for x in ck.kernel.arrays
+             if not x.name.startswith(("bpack", "blk", "dot"))]
+    assert len(tiles) == 1 and tiles[0] in bcast, [x.name for x in ck.kernel.arrays]
 
 
 def test_cpu_dot_packs_a_transposed_b_into_micro_panels():
