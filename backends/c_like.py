@@ -35,7 +35,7 @@ import numpy as np
 
 from kdsl.errors import CompilationError
 from kdsl.ir import loop
-from kdsl.ir.types import DType, PointerType
+from kdsl.ir.types import DType, PointerType, float32
 
 from .c_atomics import AtomicSpelling
 from .c_simd import VectorPrinter
@@ -715,7 +715,7 @@ class CEmitter:
     def _transpose(self, s: loop.Transpose, pad: str) -> list[str]:
         dst, src = self.names("a", s.dst.name), self.names("a", s.src.name)
         da, sa = self.expr(s.dst_at), self.expr(s.src_at)
-        if self.d.simd_shuffle and s.n in (2, 4, 8, 16):
+        if self.d.simd_shuffle and s.n in (2, 4, 8, 16) and s.src.dtype == float32:
             return self._transpose_vectors(s, pad, dst, src, da, sa)
         # the statement's meaning as loops
         return [f"{pad}for (int kd_ti = 0; kd_ti < {s.n}; kd_ti++)",

@@ -200,6 +200,12 @@ class _FnEmitter:
         v = self.tag(self.b.load(ptr, typ=elem), private=True)
         return self.b.trunc(v, I1) if e.array.dtype == int1 else v
 
+    def _e_PairBits(self, e: L.PairBits) -> ir.Value:
+        """Two 16-bit elements as one 32-bit load (a uint16 register array: llvm targets have
+        no 16-bit shared arrays)."""
+        ptr, _ = self._elem_ptr(e.array, e.index)
+        return self.tag(self.b.load(ptr, typ=I32, align=2), private=True)
+
     def _e_Unary(self, e: L.Unary) -> ir.Value:
         x = self.expr(e.x)
         t = e.x.dtype

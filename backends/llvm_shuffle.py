@@ -1,4 +1,5 @@
-"""Loop IR `Transpose` in the LLVM backend: an n x n float32 block as n vector loads, n log2(n)
+"""Loop IR `Transpose` in the LLVM backend: an n x n block of 32-bit elements (float32 or
+uint32 words) as n vector loads, n log2(n)
 two-vector `shufflevector`s (the network of transpose_net.py) and n vector stores.
 
 The loop nest (`dst[j][i] = src[i][j]`) is what LLVM's vectoriser sees otherwise, and it turns
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from kdsl.ir import loop as L
+from kdsl.ir.types import float32
 
 from .llvm_math import F32
 from .transpose_net import stages
@@ -26,12 +28,13 @@ if TYPE_CHECKING:
 
 def emit_transpose(em: _FnEmitter, s: L.Transpose) -> None:
     b, n = em.b, s.n
-    vt = ir.VectorType(F32, n)
+    elem = F32 if s.src.dtype == float32 else I32  # (float32 or uint32 words)
+    vt = ir.VectorType(elem, n)
     src0, _ = em._elem_ptr(s.src, s.src_at)
     dst0, _ = em._elem_ptr(s.dst, s.dst_at)
 
     def row_ptr(base: ir.Value, i: int, stride: int) -> ir.Value:
-        p = b.gep(base, [ir.Constant(I64, i * stride)], inbounds=True, source_etype=F32)
+        p = b.gep(base, [ir.Constant(I64, i * stride)], inbounds=True, source_etype=elem)
         return b.bitcast(p, vt.as_pointer())  # (a no-op with opaque pointers)
 
     rows = [em.tag(b.load(row_ptr(src0, i, s.src_stride), align=4), private=True)

@@ -118,7 +118,8 @@ def _amx(em: _FnEmitter, s: L.TileDot) -> None:
     store = _intrinsic(em, "llvm.x86.tilestored64", [I8, PTR, I64])
     dot = _intrinsic(em, DOT_INTRINSIC[s.kind], [I8, I8, I8])
     word = 4  # bytes of an output element (float32, int32)
-    part = s.a.dtype.itemsize  # bytes of an operand element (uint16 bfloat16 bits, int8)
+    # bytes of an operand element (uint16 bfloat16 bits, int8, or a uint32 word of them)
+    a_part, b_part = s.a.dtype.itemsize, s.b.dtype.itemsize
 
     def at(base: ir.Value, offset: ir.Value | int) -> ir.Value:
         if isinstance(offset, int):
@@ -148,13 +149,13 @@ def _amx(em: _FnEmitter, s: L.TileDot) -> None:
     ks = b.phi(I64, name="ks")
     ks.add_incoming(ir.Constant(I64, 0), pre)
     a_step = b.mul(ks, ir.Constant(I64, ROW_BYTES))  # 16 words further along a's rows
-    b_step = b.mul(ks, ir.Constant(I64, L.TILE * s.b_stride * part))  # 16 word rows down b
+    b_step = b.mul(ks, ir.Constant(I64, L.TILE * s.b_stride * b_part))  # 16 word rows down
     for i in range(tm):
-        ptr = at(at(a0, i * L.TILE * s.a_stride * part), a_step)
-        b.call(load, [_tile(a_t[i]), ptr, stride(s.a_stride, part)])
+        ptr = at(at(a0, i * L.TILE * s.a_stride * a_part), a_step)
+        b.call(load, [_tile(a_t[i]), ptr, stride(s.a_stride, a_part)])
     for j in range(tn):
         ptr = at(at(b0, j * ROW_BYTES), b_step)  # 16 columns of g values
-        b.call(load, [_tile(b_t[j]), ptr, stride(s.b_stride, part)])
+        b.call(load, [_tile(b_t[j]), ptr, stride(s.b_stride, b_part)])
     for i in range(tm):
         for j in range(tn):
             b.call(dot, [_tile(acc[i][j]), _tile(a_t[i]), _tile(b_t[j])])
@@ -200,8 +201,8 @@ def _avx512bf16(em: _FnEmitter, s: L.TileDot) -> None:
     dot = em.m.globals.get("llvm.x86.avx512bf16.dpbf16ps.512") or ir.Function(
         em.m, ir.FunctionType(F32X16, [F32X16, BF16X32, BF16X32]),
         "llvm.x86.avx512bf16.dpbf16ps.512")
-    part = 2  # bytes of a bfloat16 pattern
-    word = 4
+    word = 4  # bytes of a pair of bfloat16 patterns, and of an output element
+    a_part, b_part = s.a.dtype.itemsize, s.b.dtype.itemsize  # (uint16, or uint32 words)
 
     def at(base: ir.Value, offset: ir.Value | int) -> ir.Value:
         if isinstance(offset, int):
@@ -229,14 +230,14 @@ def _avx512bf16(em: _FnEmitter, s: L.TileDot) -> None:
         for i in range(R):
             for v in range(nv):
                 acc[i][v].add_incoming(init[i][v], pre)
-        b_row = at(b0, b.mul(q, ir.Constant(I64, s.b_stride * part)))
-        bv = [b.bitcast(em.tag(b.load(at(b_row, v * 2 * LANES * part), typ=I32X16, align=part),
+        b_row = at(b0, b.mul(q, ir.Constant(I64, s.b_stride * b_part)))
+        bv = [b.bitcast(em.tag(b.load(at(b_row, v * LANES * word), typ=I32X16, align=2),
                                private=True), BF16X32) for v in range(nv)]
-        a_col = b.mul(q, ir.Constant(I64, 2 * part))  # the pair's byte offset along a's row
+        a_col = b.mul(q, ir.Constant(I64, word))  # the pair's byte offset along a's row
         new = []
         for i in range(R):
-            pair = em.tag(b.load(at(at(a0, (r0 + i) * s.a_stride * part), a_col), typ=I32,
-                                 align=part), private=True)
+            pair = em.tag(b.load(at(at(a0, (r0 + i) * s.a_stride * a_part), a_col), typ=I32,
+                                 align=2), private=True)
             splat = b.bitcast(b.shuffle_vector(
                 b.insert_element(ir.Constant(I32X16, None), pair, ir.Constant(I32, 0)),
                 ir.Constant(I32X16, None), ir.Constant(I32X16, [0] * LANES)), BF16X32)

@@ -169,8 +169,9 @@ class SharedRow(Expr):
 
 @dataclass(frozen=True, eq=False)
 class PairBits(Expr):
-    """Elements `index` (even) and `index + 1` of a 16-bit shared array, as the bits of one
-    uint32 (element `index` in the low half)."""
+    """Elements `index` (even) and `index + 1` of a 16-bit shared array, or of a uint16
+    register array (bit patterns), as the bits of one uint32 (element `index` in the low
+    half)."""
 
     array: Array
     index: Expr
@@ -513,8 +514,10 @@ class Prefetch(Stmt):
 @dataclass(eq=False)
 class Transpose(Stmt):
     """`dst[dst_at + j * dst_stride + i] = src[src_at + i * src_stride + j]` for i, j in
-    range(n): an n x n block of one float32 register array copied transposed into another (the
-    CPU dot's packing of a transposed operand, kdsl/lowering/dot_cpu.py).  Its meaning is that
+    range(n): an n x n block of one register array of 32-bit elements (float32, or uint32
+    words) copied transposed into another of the same type (the CPU dot's packing of a
+    transposed operand, kdsl/lowering/dot_cpu.py; the words of a matrix-unit dot's,
+    dot_tile.py).  Its meaning is that
     loop nest; a backend with the `transpose_block` capability emits n vector loads, n log2(n)
     two-vector shuffles and n vector stores (backends/llvm.py), the others the loops."""
 
@@ -550,6 +553,10 @@ class TileDot(Stmt):
 
         A(i, k) = a[a_at + i * a_stride + k]
         B(k, j) = b[b_at + (k // g) * b_stride + g * j + k % g]
+
+    Either may instead be a uint32 array of those words (its index and stride in words: A(i,
+    k) part k % g of a[a_at + i * a_stride + k // g], B(k, j) part k % g of b[b_at + (k // g)
+    * b_stride + j], the lowest k in the lowest bits), as a word `Transpose` leaves it.
 
     `rows` and `cols` are multiples of TILE, `depth` of TILE * g; a block takes at most 8 tile
     registers ((rows/16) * (cols/16) accumulators, rows/16 tiles of a, cols/16 of b).  kind

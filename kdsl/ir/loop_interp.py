@@ -97,11 +97,17 @@ def _tile_dot(s: L.TileDot, out: np.ndarray, a: np.ndarray, b: np.ndarray, o_at:
                              f"(size {arr.size})")
         return idx
 
-    ai = block(a, a_at, s.a_stride, s.rows, s.depth, s.a.name)
-    bi = block(b, b_at, s.b_stride, s.depth // g, s.cols * g, s.b.name)
+    def parts(x: np.ndarray) -> np.ndarray:  # uint32 words -> their g parts, lowest first
+        x = np.ascontiguousarray(x, dtype=np.uint32)
+        return x.view(np.uint16 if g == 2 else np.int8).reshape(*x.shape[:-1], -1)
+
+    words_a, words_b = s.a.dtype.name == "uint32", s.b.dtype.name == "uint32"
+    ai = block(a, a_at, s.a_stride, s.rows, s.depth // g if words_a else s.depth, s.a.name)
+    bi = block(b, b_at, s.b_stride, s.depth // g, s.cols if words_b else s.cols * g, s.b.name)
     oi = block(out, o_at, s.out_stride, s.rows, s.cols, s.out.name)
-    B = b[bi].reshape(s.depth // g, s.cols, g).transpose(0, 2, 1).reshape(s.depth, s.cols)
-    A = a[ai]
+    B = parts(b[bi]) if words_b else b[bi]  # depth/g x (cols * g), g values of k per column
+    B = B.reshape(s.depth // g, s.cols, g).transpose(0, 2, 1).reshape(s.depth, s.cols)
+    A = parts(a[ai]) if words_a else a[ai]
     if g == 2:  # bfloat16 bit patterns
         A, B = ((x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
                 for x in (A, B))
@@ -623,10 +629,12 @@ def _ev_pair_bits(p, e, th):
     a = e.array
     if i % 2 or not 0 <= i < a.size - 1:
         raise IndexError(f"pair_bits({a.name}[{i}]): not an even index of a pair (size {a.size})")
+    arr = p.array(a, th)
+    if a.space == "reg":  # a uint16 array of bit patterns (one thread's: no race)
+        return np.uint32(int(arr[i]) | int(arr[i + 1]) << 16)
     if p.races is not None:
         p.races.read(a.name, i, th.tid)
         p.races.read(a.name, i + 1, th.tid)
-    arr = p.array(a, th)
     return np.uint32(_half_bits(arr[i], a.dtype) | _half_bits(arr[i + 1], a.dtype) << 16)
 
 

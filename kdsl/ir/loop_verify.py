@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from . import loop as L
-from .types import DType, PointerType, float32, int1
+from .types import DType, PointerType, float32, int1, uint16, uint32
 
 ATOMIC_RMW_OPS = frozenset({"add", "max", "min", "and", "or", "xor", "xchg"})
 SEMANTICS = frozenset({"relaxed", "acquire", "release", "acq_rel"})
@@ -180,10 +180,12 @@ class _Verifier:
 
     def _pair_bits(self, e: L.PairBits | L.SharedRow) -> None:
         a = self.array(e.array, e)
-        if (not isinstance(a.dtype, DType) or a.dtype.name not in L.HALF_NAMES
-                or a.space != "shared"):
+        half = isinstance(a.dtype, DType) and a.dtype.name in L.HALF_NAMES
+        ok = (half and a.space == "shared") or (
+            isinstance(e, L.PairBits) and a.space == "reg" and a.dtype == uint16)
+        if not ok:
             self.fail(f"{type(e).__name__} of {a.space} {a.dtype} array {a.name} (16-bit "
-                      "shared arrays only)", e)
+                      "shared arrays, or uint16 register arrays for PairBits)", e)
         self.want(e.index, _is_int, "an array index must be an integer", e)
 
     def _unary(self, e: L.Unary) -> None:
@@ -394,9 +396,10 @@ class _Verifier:
 
     def _transpose(self, s: L.Transpose) -> None:
         d, a = self.array(s.dst, None), self.array(s.src, None)
-        if (d.space, a.space) != ("reg", "reg") or d.dtype != float32 or a.dtype != float32:
+        if ((d.space, a.space) != ("reg", "reg") or d.dtype != a.dtype
+                or d.dtype not in (float32, uint32)):
             self.fail(f"transpose of {a.space} {a.dtype} array {a.name} into {d.space} "
-                      f"{d.dtype} array {d.name} (float32 register arrays only)")
+                      f"{d.dtype} array {d.name} (float32 or uint32 register arrays, alike)")
         if s.n < 2 or s.n & (s.n - 1):
             self.fail(f"transpose of a {s.n} x {s.n} block (a power of two >= 2 only)")
         for at, stride, arr in ((s.dst_at, s.dst_stride, d), (s.src_at, s.src_stride, a)):
@@ -409,18 +412,20 @@ class _Verifier:
             self.fail(f"tile dot of kind {s.kind!r} (one of {', '.join(L.TILE_DOT_KINDS)})")
         acc, g, part = L.TILE_DOT_KINDS[s.kind]
         out, a, b = (self.array(x, None) for x in (s.out, s.a, s.b))
-        if out.dtype != acc or (a.dtype, b.dtype) != (part, part) \
+        if out.dtype != acc or a.dtype not in (part, uint32) or b.dtype not in (part, uint32) \
                 or {out.space, a.space, b.space} != {"reg"}:
             self.fail(f"tile dot {s.kind} of {a.space} {a.dtype} {a.name} and {b.space} "
                       f"{b.dtype} {b.name} into {out.space} {out.dtype} {out.name} (register "
-                      f"arrays: {part} operands, a {acc} output)")
+                      f"arrays: {part} or uint32 operands, a {acc} output)")
         tm, tn = s.rows // L.TILE, s.cols // L.TILE
         if (s.rows % L.TILE or s.cols % L.TILE or s.depth % (L.TILE * g) or min(tm, tn) < 1
                 or tm * tn + tm + tn > 8):
             self.fail(f"tile dot block {s.rows} x {s.cols} x {s.depth} (multiples of "
                       f"{L.TILE} x {L.TILE} x {L.TILE * g}, in at most 8 tiles)")
-        for at, stride, width in ((s.out_at, s.out_stride, s.cols), (s.a_at, s.a_stride, s.depth),
-                                  (s.b_at, s.b_stride, s.cols * g)):
+        wa = s.depth // g if a.dtype == uint32 else s.depth  # a row's elements
+        wb = s.cols if b.dtype == uint32 else s.cols * g
+        for at, stride, width in ((s.out_at, s.out_stride, s.cols), (s.a_at, s.a_stride, wa),
+                                  (s.b_at, s.b_stride, wb)):
             self.want(at, _is_int, "an array index must be an integer", at)
             if stride < width:
                 self.fail(f"tile dot rows {stride} apart overlap ({width} wide)")

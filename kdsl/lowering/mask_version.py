@@ -26,7 +26,8 @@ a nest a guard and a copy:
   (`VECTOR_HINT`, at least `lanes` iterations): LLVM vectorises them as loops instead of fully
   unrolling them and building gathers from the unrolled loads.
 * a nest whose masked accesses do not all move by one element (or not at all) per iteration
-  of their innermost loop is not versioned: unmasked strided accesses vectorise as gathers.
+  of their innermost loop, or form whole interleaved groups of 2 or 4 (`_dense`), is not
+  versioned: unmasked strided accesses vectorise as gathers.
 * only a nest with a masked memory access is versioned, and not one with a barrier or more
   than `MAX_STMTS` statements (the copy doubles the code LLVM compiles).  All the provable
   comparisons of the nest make one guard: one that fails on the nest's first or last element
@@ -89,10 +90,9 @@ def _version(nest: For, lanes: int = 4) -> Stmt:
         return inner
     proofs: dict[int, Expr] = {}  # id(comparison) -> the guard term that proves it
     env: dict[str, Expr] = {}
-    strided = False
+    steps: dict[int, list[int | None]] = {}  # id(loop) -> its masked accesses' steps
 
     def visit(stmts: list[Stmt], loop: For) -> None:
-        nonlocal strided
         for s in stmts:
             for e in _exprs(s):
                 for x in _nodes(e):
@@ -101,14 +101,14 @@ def _version(nest: For, lanes: int = 4) -> Stmt:
                         term = _proof(x, env, counts, loops)
                         if term is not None:
                             proofs[id(x)] = term
-            strided = strided or any(not _contiguous(p, loop, env) for p in _masked_ptrs(s))
+            steps.setdefault(id(loop), []).extend(_step(p, loop, env) for p in _masked_ptrs(s))
             if isinstance(s, Assign) and counts.get(s.var.name) == 1:
                 env[s.var.name] = _subst(s.value, env)
             for _, v in _lists(s):
                 visit(v, s if isinstance(s, For) else loop)
 
     visit([nest], nest)
-    if not proofs or strided:
+    if not proofs or not all(map(_dense, steps.values())):
         return inner
     guard = None
     for term in dict.fromkeys(proofs.values()):  # (one term per distinct comparison object)
@@ -300,13 +300,30 @@ def _masked_ptrs(s: Stmt) -> Iterator[Expr]:
                 yield x.ptr
 
 
-def _contiguous(ptr: Expr, loop: For, env: dict[str, Expr]) -> bool:
-    """Whether address `ptr` stays put or moves by one element per iteration of `loop` (its
-    innermost loop).  Only such nests are versioned: unmasked, a strided copy (the packing of
-    a dot operand across its rows) became `vgatherdps` loops that ran 1.4x slower than the
-    masked scalar ones (matmul 64 x 128 x 32 tiles, 1024^3, one Zen 5 core)."""
+def _step(ptr: Expr, loop: For, env: dict[str, Expr]) -> int | None:
+    """Elements address `ptr` moves per iteration of `loop` (its innermost loop); None when it
+    does not move by whole elements at a constant rate."""
     c = ix.coefficient(_subst(ptr, env), loop.var)
-    return c is not None and c in (0, ptr.dtype.pointee.itemsize)
+    size = ptr.dtype.pointee.itemsize
+    return None if c is None or c % size else c // size
+
+
+def _dense(steps: list[int | None]) -> bool:
+    """Whether the masked accesses of one innermost loop, moving `steps` elements per
+    iteration, read or write contiguous runs: each stays put or moves by one element, or all
+    that move step by g (2 or 4) and there are at least g of them (the g consecutive values
+    of k a matrix-unit dot packs into a word, kdsl/lowering/dot_tile.py: an interleaved group
+    LLVM loads as whole vectors and shuffles).  Only such nests are versioned: unmasked, a
+    strided copy (the packing of a dot operand across its rows) became `vgatherdps` loops that
+    ran 1.4x slower than the masked scalar ones (matmul 64 x 128 x 32 tiles, 1024^3, one Zen 5
+    core)."""
+    moving = [c for c in steps if c != 0]
+    if None in moving:
+        return False
+    if all(c == 1 for c in moving):
+        return True
+    g = moving[0]
+    return g in (2, 4) and all(c == g for c in moving) and len(moving) >= g
 
 
 _TRUE = Const(True, int1)

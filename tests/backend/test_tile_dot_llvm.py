@@ -149,3 +149,14 @@ def test_library_mlp_in_bfloat16(rng):
     wd = rand(rng, (F, D), "bfloat16", 1 / 18)
     assert configs.table_for(configs.MLP, "llvm", "bfloat16") is configs.MLP_TILE
     assert_close(K.mlp(x, wg, wu, wd, backend="llvm"), R.mlp(x, wg, wu, wd), k=D + F, k_out=2)
+
+
+def test_library_matmul_of_a_transposed_weight(rng):
+    # `x @ w.t()` (w stored [N, K], as a linear layer's weight): b's columns are copied as
+    # they lie, read as words and transposed 16 x 16 at a time (dot_tile.py `_pack_b`)
+    M, N, Kd = 100, 200, 320
+    x = rand(rng, (M, Kd), "bfloat16")
+    w = bf16_bits(rng.standard_normal((N, Kd)).astype(np.float32))
+    wt = kd.bfloat16_view(w.T)  # a transposed view: column-major [K, N]
+    got = K.matmul(x, wt, backend="llvm")
+    assert_close(got, R.matmul(x, wt), k=Kd)

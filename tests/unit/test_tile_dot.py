@@ -22,13 +22,13 @@ from kdsl.lowering.dot_tile import choose_block
 from kdsl.passes import run_tile_passes
 from kdsl.target import Target
 
-CPU = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "prefetch"})
+CPU = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "prefetch", "transpose_block"})
 TILES = CPU | {"tile_dot", "tile_dot_bf16", "tile_dot_int8"}
 
 
 @kd.jit
 def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr, BK: kd.constexpr,
-       ACC_INT: kd.constexpr, B_T: kd.constexpr):
+       ACC_INT: kd.constexpr, B_T: kd.constexpr, B_CM: kd.constexpr = False):
     rm = kd.program_id(0) * BM + kd.arange(0, BM)
     rn = kd.program_id(1) * BN + kd.arange(0, BN)
     rk = kd.arange(0, BK)
@@ -43,6 +43,9 @@ def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr, BK: kd.
             bt = kd.load(b_ptr + rn[:, None] * K + (k0 + rk)[None, :],
                          mask=(rn[:, None] < N) & ((k0 + rk)[None, :] < K), other=0)
             b = kd.trans(bt)
+        elif B_CM:  # b stored [N, K], loaded [K, N] by its addresses (the library's B_T)
+            b = kd.load(b_ptr + (k0 + rk)[:, None] + rn[None, :] * K,
+                        mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0)
         else:
             b = kd.load(b_ptr + (k0 + rk)[:, None] * N + rn[None, :],
                         mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0)
@@ -51,12 +54,12 @@ def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr, BK: kd.
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def _lower(elem, caps, BM=32, BN=32, BK=64, b_t=False) -> L.Kernel:
+def _lower(elem, caps, BM=32, BN=32, BK=64, b_t=False, b_cm=False) -> L.Kernel:
     p, i = scalar(PointerType(elem)), scalar(int32)
     out = scalar(PointerType(int32 if elem == int8 else float32))
     fn, _ = run_tile_passes(build_function(
         mm.fn, {"a_ptr": p, "b_ptr": p, "c_ptr": out, "M": i, "N": i, "K": i},
-        {"BM": BM, "BN": BN, "BK": BK, "ACC_INT": elem == int8, "B_T": b_t}))
+        {"BM": BM, "BN": BN, "BK": BK, "ACC_INT": elem == int8, "B_T": b_t, "B_CM": b_cm}))
     return lower(fn, Target("llvm", threads=1, caps=caps, vector_bits=512, vector_regs=32))
 
 
@@ -78,14 +81,20 @@ def _data(rng, elem, M, N, K, b_t=False):
 
 
 @pytest.mark.parametrize("elem", [bfloat16, int8], ids=["bf16", "int8"])
-@pytest.mark.parametrize("b_t", [False, True], ids=["b", "b_t"])
-def test_simulated_tile_dot_matches_numpy(elem, b_t):
-    # ragged M, N and K: the masked loads feed the packing loops (zeros past the edges)
+@pytest.mark.parametrize("layout", ["b", "b_t", "b_cm"])
+def test_simulated_tile_dot_matches_numpy(elem, layout):
+    # ragged M, N and K: the masked loads feed the packing loops (zeros past the edges); b
+    # in rows, as trans() of a load, and loaded column-major by its addresses
     rng = np.random.default_rng(1)
     M, N, K = 40, 48, 100
     BM, BN, BK = 32, 32, 64 if elem == bfloat16 else 128
-    k = _lower(elem, TILES, BM, BN, BK, b_t)
+    b_t = layout != "b"
+    k = _lower(elem, TILES, BM, BN, BK, layout == "b_t", layout == "b_cm")
     assert _stmts(k, L.TileDot)
+    # a bfloat16 b with k contiguous goes through words and 16 x 16 word transposes
+    words = elem == bfloat16 and b_t
+    assert bool(_stmts(k, L.Transpose)) == words
+    assert all((s.b.dtype.name == "uint32") == words for s in _stmts(k, L.TileDot))
     a, b, af, bf = _data(rng, elem, M, N, K, b_t)
     c = np.zeros((M, N), np.int32 if elem == int8 else np.float32)
     run_kernel(k, (-(-M // BM), -(-N // BN)), [a, b, c, M, N, K])
@@ -94,6 +103,18 @@ def test_simulated_tile_dot_matches_numpy(elem, b_t):
         np.testing.assert_array_equal(c, ref)
     else:
         np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+
+
+def test_transposed_b_without_block_transposes():
+    # a target without `transpose_block` copies a transposed b element by element: right
+    rng = np.random.default_rng(5)
+    M, N, K = 32, 32, 64
+    k = _lower(bfloat16, TILES - {"transpose_block"}, 32, 32, 64, b_t=True)
+    assert _stmts(k, L.TileDot) and not _stmts(k, L.Transpose)
+    a, b, af, bf = _data(rng, bfloat16, M, N, K, True)
+    c = np.zeros((M, N), np.float32)
+    run_kernel(k, (1, 1), [a, b, c, M, N, K])
+    np.testing.assert_allclose(c, af @ bf, rtol=1e-5, atol=1e-4 * np.abs(af @ bf).max())
 
 
 def test_operands_go_from_memory_to_their_packed_copies():
@@ -244,3 +265,35 @@ def test_matrix_env_turns_the_units_off(monkeypatch):
     monkeypatch.setenv(llvm_host.MATRIX_ENV, "bogus")
     with pytest.raises(ValueError, match="KDSL_LLVM_MATRIX='bogus'"):
         llvm_host.matrix_caps()
+
+
+def test_pair_bits_of_a_uint16_register_array():
+    # PairBits reads two 16-bit patterns of a register array as one word, the low one first
+    from kdsl.ir.types import uint16, uint32
+
+    x, y = L.KParam("x", PointerType(uint16)), L.KParam("y", PointerType(uint32))
+    h, i = L.Array("h", uint16, 8), L.Var("i", int32)
+    c = lambda v: L.Const(v, int32)  # noqa: E731
+    xv, yv = L.Var("x", x.dtype), L.Var("y", y.dtype)
+    body = [L.For(i, c(0), c(8), c(1), [L.ArrayStore(h, i, L.Load(L.PtrAdd(xv, i)))]),
+            L.For(i, c(0), c(4), c(1), [L.Store(L.PtrAdd(yv, i), L.PairBits(
+                h, L.Binary("mul", i, c(2))))])]
+    k = L.Kernel("k", [x, y], body, [i], [h], 1)
+    src = np.arange(0x1111, 0x1111 * 9, 0x1111, dtype=np.uint16)
+    out = np.zeros(4, np.uint32)
+    run_kernel(k, (1,), [src, out])
+    want = src[0::2].astype(np.uint32) | src[1::2].astype(np.uint32) << 16
+    np.testing.assert_array_equal(out, want)
+    g = L.Array("g", float32, 8)  # a float32 register array has no pairs of patterns
+    bad = L.Kernel("k", [x, y], [L.For(i, c(0), c(4), c(1), [L.Store(L.PtrAdd(yv, i), L.PairBits(
+        g, L.Binary("mul", i, c(2))))])], [i], [g], 1)
+    with pytest.raises(LoopVerifyError, match="uint16 register arrays"):
+        verify(bad)
+
+
+def test_interleaved_groups_are_versioned_lone_strides_are_not():
+    from kdsl.lowering.mask_version import _dense
+
+    assert _dense([1, 1, 0]) and _dense([2, 2]) and _dense([4, 4, 4, 4, 0])
+    assert not _dense([2]) and not _dense([4, 4]) and not _dense([3, 3, 3])
+    assert not _dense([1, 2, 2]) and not _dense([None, 1])
