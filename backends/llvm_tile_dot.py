@@ -107,6 +107,27 @@ def emit_tile_dot(em: _FnEmitter, s: L.TileDot) -> None:
     _EMIT[unit](em, s)
 
 
+def _loop_head(b: ir.IRBuilder, name: str) -> tuple[ir.PhiInstr, ir.Block]:
+    """Open a counted loop (a body that runs at least once): (its i64 counter from 0, the
+    block before it); `_loop_tail` closes it."""
+    pre = b.block
+    body = b.append_basic_block(f"{name}.k")
+    b.branch(body)
+    b.position_at_end(body)
+    i = b.phi(I64, name=name)
+    i.add_incoming(ir.Constant(I64, 0), pre)
+    return i, pre
+
+
+def _loop_tail(b: ir.IRBuilder, i: ir.PhiInstr, count: int) -> None:
+    """Close the loop of counter `i` after `count` iterations; code follows after it."""
+    nxt = b.add(i, ir.Constant(I64, 1))
+    i.add_incoming(nxt, b.block)
+    done = b.append_basic_block(f"{i.parent.name}.done")
+    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, count)), i.parent, done)
+    b.position_at_end(done)
+
+
 def _amx(em: _FnEmitter, s: L.TileDot) -> None:
     b = em.b
     _, g, _ = L.TILE_DOT_KINDS[s.kind]
@@ -141,13 +162,7 @@ def _amx(em: _FnEmitter, s: L.TileDot) -> None:
     a0, _ = em._elem_ptr(s.a, s.a_at)
     b0, _ = em._elem_ptr(s.b, s.b_at)
     steps = s.depth // (L.TILE * g)
-    pre = b.block
-    body = b.append_basic_block("tiles.k")
-    done = b.append_basic_block("tiles.done")
-    b.branch(body)
-    b.position_at_end(body)
-    ks = b.phi(I64, name="ks")
-    ks.add_incoming(ir.Constant(I64, 0), pre)
+    ks, _ = _loop_head(b, "tiles")
     a_step = b.mul(ks, ir.Constant(I64, ROW_BYTES))  # 16 words further along a's rows
     b_step = b.mul(ks, ir.Constant(I64, L.TILE * s.b_stride * b_part))  # 16 word rows down
     for i in range(tm):
@@ -159,10 +174,7 @@ def _amx(em: _FnEmitter, s: L.TileDot) -> None:
     for i in range(tm):
         for j in range(tn):
             b.call(dot, [_tile(acc[i][j]), _tile(a_t[i]), _tile(b_t[j])])
-    nxt = b.add(ks, ir.Constant(I64, 1))
-    ks.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, steps)), body, done)
-    b.position_at_end(done)
+    _loop_tail(b, ks, steps)
     for i in range(tm):
         for j in range(tn):
             b.call(store, [_tile(acc[i][j]), c_at[i][j], stride(s.out_stride, word)])
@@ -219,13 +231,7 @@ def _avx512bf16(em: _FnEmitter, s: L.TileDot) -> None:
         init = [[ir.Constant(F32X16, None) if s.zero else
                  em.tag(b.load(o_at[i][v], typ=F32X16, align=word), private=True)
                  for v in range(nv)] for i in range(R)]
-        pre = b.block
-        body = b.append_basic_block("bf16dot.k")
-        done = b.append_basic_block("bf16dot.done")
-        b.branch(body)
-        b.position_at_end(body)
-        q = b.phi(I64, name="q")
-        q.add_incoming(ir.Constant(I64, 0), pre)
+        q, pre = _loop_head(b, "bf16dot")
         acc = [[b.phi(F32X16) for _ in range(nv)] for _ in range(R)]
         for i in range(R):
             for v in range(nv):
@@ -242,13 +248,10 @@ def _avx512bf16(em: _FnEmitter, s: L.TileDot) -> None:
                 b.insert_element(ir.Constant(I32X16, None), pair, ir.Constant(I32, 0)),
                 ir.Constant(I32X16, None), ir.Constant(I32X16, [0] * LANES)), BF16X32)
             new.append([b.call(dot, [acc[i][v], splat, bv[v]]) for v in range(nv)])
-        nxt = b.add(q, ir.Constant(I64, 1))
-        q.add_incoming(nxt, b.block)
         for i in range(R):
             for v in range(nv):
                 acc[i][v].add_incoming(new[i][v], b.block)
-        b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, pairs)), body, done)
-        b.position_at_end(done)
+        _loop_tail(b, q, pairs)
         for i in range(R):
             for v in range(nv):
                 ptr = b.bitcast(o_at[i][v], F32X16.as_pointer())

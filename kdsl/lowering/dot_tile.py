@@ -153,6 +153,20 @@ def _k_contiguous(L: LoweringContext, v: tile.Value, value: Callable) -> bool:
     return ix.coefficient(at, k) == unit and ix.coefficient(at, n) != unit
 
 
+def _rows_of_k(L: LoweringContext, hint: str, v: tile.Value, value: Callable, kind: str,
+               R: int, K: int, at: Callable[[Expr, Expr], list[Expr]]) -> Array:
+    """R rows of K values of operand `v` copied as the unit's parts (k innermost): element
+    `at(r, k)` of v to r * K + k.  a's copy (rows of a); a transposed b's columns."""
+    out = L.array(hint, TILE_DOT_KINDS[kind][2], R * K)
+    r, k, e = L.var("r", int32), L.var("k", int32), L.var("e", int32)
+    L.emit(For(r, ix.c32(0), ix.c32(R), ix.c32(1),
+               [For(k, ix.c32(0), ix.c32(K), ix.c32(1),
+                    [Comment(VECTOR_HINT), Assign(e, ix.flatten(at(r, k), v.shape)),
+                     ArrayStore(out, ix.add(ix.mul(r, K), k),
+                                _bits(value(e, at(r, k)), kind))])]))
+    return out
+
+
 def _pack_b(L: LoweringContext, b: tile.Value, value: Callable, kind: str, K: int,
             N: int) -> tuple[Array, int, int]:
     """b's copy in the unit's layout, (array, elements per block column, row stride).
@@ -169,16 +183,9 @@ def _pack_b(L: LoweringContext, b: tile.Value, value: Callable, kind: str, K: in
     _, g, part = TILE_DOT_KINDS[kind]
     KW = K // g
     if kind == "bf16" and L.target.has("transpose_block") and _k_contiguous(L, b, value):
-        xh = L.array("bcols", part, N * K)
-        n, k = L.var("n", int32), L.var("k", int32)
-        e = L.var("eb", int32)
-        L.emit(For(n, ix.c32(0), ix.c32(N), ix.c32(1),
-                   [For(k, ix.c32(0), ix.c32(K), ix.c32(1),
-                        [Comment(VECTOR_HINT), Assign(e, ix.flatten([k, n], b.shape)),
-                         ArrayStore(xh, ix.add(ix.mul(n, K), k),
-                                    _bits(value(e, [k, n]), kind))])]))
+        xh = _rows_of_k(L, "bcols", b, value, kind, N, K, lambda n, k: [k, n])
         xw = L.array("bwords", uint32, N * KW)
-        q = L.var("q", int32)
+        n, q = L.var("n", int32), L.var("q", int32)
         L.emit(For(n, ix.c32(0), ix.c32(N), ix.c32(1),
                    [For(q, ix.c32(0), ix.c32(KW), ix.c32(1),
                         [Comment(VECTOR_HINT),
@@ -216,20 +223,11 @@ def tile_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     M, K = a.shape
     N = b.shape[1]
     L.close()
-    part = TILE_DOT_KINDS[kind][2]
     a_val, b_val = _operand(L, a), _operand(L, b)
     zero = is_zero_const(L.canon(op.operands[-1]))
     out = dot_output(L, op, acc_t, M * N, fill=not zero)
 
-    # a's copy: rows of k, k innermost
-    ap = L.array("apack", part, M * K)
-    m, k = L.var("m", int32), L.var("k", int32)
-    ea = L.var("ea", int32)
-    L.emit(For(m, ix.c32(0), ix.c32(M), ix.c32(1),
-               [For(k, ix.c32(0), ix.c32(K), ix.c32(1),
-                    [Comment(VECTOR_HINT), Assign(ea, ix.flatten([m, k], a.shape)),
-                     ArrayStore(ap, ix.add(ix.mul(m, K), k),
-                                _bits(a_val(ea, [m, k]), kind))])]))
+    ap = _rows_of_k(L, "apack", a, a_val, kind, M, K, lambda m, k: [m, k])
     bp, b_at, b_stride = _pack_b(L, b, b_val, kind, K, N)
     rows, cols = choose_block(M, N)
     m0, n0 = L.var("m0", int32), L.var("n0", int32)
