@@ -235,6 +235,22 @@ def packs_b(target: Target, op: tile.Op, b: tile.Value) -> bool:
             and b.owner.kind == "load")
 
 
+def recompute_at(L: LoweringContext, v: tile.Value, e: Var, coords: list[Expr]) -> Expr:
+    """Recomputable tile `v` at element `coords`, in a loop whose variable `e` (assigned
+    there as the flat index, if read) has those coordinates (`ix.nest`), so that addresses
+    stay affine in the loop's variables: a packing loop's reads of an operand straight from
+    memory.  Transposes are followed by coordinates (a flat index through one becomes
+    divisions and remainders, which hide the strides from the vectoriser)."""
+    x = L.canon(v)
+    while isinstance(x.owner, tile.Op) and x.owner.kind == "trans":
+        src = [ix.c32(0)] * len(coords)
+        for d, p in enumerate(x.owner.attrs["perm"]):
+            src[p] = coords[d]
+        x, coords = L.canon(x.owner.operands[0]), src
+    ix.nest(e, ix.nest_dims(x.shape), tuple(c for c, d in zip(coords, x.shape) if d != 1))
+    return L.eval_at(x, e)
+
+
 def _pack_from_memory(L: LoweringContext, b: tile.Value, t, NR: int, K: int, N: int) -> Array:
     """b (K x N, recomputable: a load only the dot reads) copied from memory into k-major
     panels of NR columns, bp[(n // NR) * K * NR + k * NR + n % NR]: each panel one contiguous
@@ -245,9 +261,8 @@ def _pack_from_memory(L: LoweringContext, b: tile.Value, t, NR: int, K: int, N: 
     bp = L.array("bpack", t, K * N)
     p, k, j, e = L.var("p", int32), L.var("k", int32), L.var("j", int32), L.var("eb", int32)
     n = ix.add(p, j)
-    ix.nest(e, ix.nest_dims(b.shape), tuple(c for c, d in zip((k, n), b.shape) if d != 1))
     store = ArrayStore(bp, ix.add(ix.add(ix.mul(p, K), ix.mul(k, NR)), j),
-                       widen(L.eval_at(b, e), t))
+                       widen(recompute_at(L, b, e, [k, n]), t))
     L.emit(For(p, ix.c32(0), ix.c32(N), ix.c32(NR),
                [For(k, ix.c32(0), ix.c32(K), ix.c32(1),
                     [For(j, ix.c32(0), ix.c32(NR), ix.c32(1),

@@ -66,7 +66,7 @@ from kdsl.target import Target
 from . import index as ix
 from .analysis import is_zero_const
 from .context import LoweringContext
-from .dot_cpu import dot_output
+from .dot_cpu import dot_output, recompute_at
 from .elementwise import register_type
 
 # (a's and b's element type, the result's) -> TileDot kind
@@ -117,21 +117,7 @@ def _operand(L: LoweringContext, v: tile.Value) -> Callable[[Expr, Expr], Expr]:
     variable the loop may use as its flat index.  A value the dot may recompute (a load only
     it reads) is re-read from memory; any other is read from its register array."""
     if L.remat_ok(v):
-        def recomputed(e: Var, coords: list[Expr]) -> Expr:
-            # through transposes by coordinates (a flat index through a transpose becomes
-            # divisions and remainders, which hide the addresses' strides from the vectoriser
-            # and from `_k_contiguous`)
-            x = L.canon(v)
-            while isinstance(x.owner, tile.Op) and x.owner.kind == "trans":
-                perm = x.owner.attrs["perm"]
-                src = [ix.c32(0)] * len(coords)
-                for d, p in enumerate(perm):
-                    src[p] = coords[d]
-                x, coords = L.canon(x.owner.operands[0]), src
-            ix.nest(e, ix.nest_dims(x.shape), tuple(c for c, d in zip(coords, x.shape)
-                                                    if d != 1))
-            return L.eval_at(x, e)
-        return recomputed
+        return lambda e, coords: recompute_at(L, v, e, coords)
     base = L.view(v)[0]
     arr = L.addressable(base)[0]
     return lambda e, coords: Index(arr, L.at(v, coords)[1])
