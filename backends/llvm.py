@@ -886,7 +886,12 @@ class LLVMBackend(Backend):
         import platform
 
         used = f"{workers()} threads used (CPU affinity, KDSL_NUM_THREADS)"
-        return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {used}"]
+        unit = llvm_host.matrix_unit()
+        kinds = sorted(c.removeprefix("tile_dot_") for c in llvm_host.matrix_caps()
+                       if c != "tile_dot")
+        matrix = f"matrix unit {unit} ({', '.join(kinds)} dots)" if unit else "no matrix unit"
+        return [f"{platform.machine()} host CPU, {os.cpu_count()} cores, {used}, "
+                f"{llvm_host.profile().vector_bits}-bit vectors, {matrix}"]
 
     def direct_launcher(self, handle: LLVMHandle) -> DirectLauncher:
         return DirectLauncher(handle.direct_launch, handle.launch_fn,

@@ -160,3 +160,8 @@ def test_library_matmul_of_a_transposed_weight(rng):
     wt = kd.bfloat16_view(w.T)  # a transposed view: column-major [K, N]
     got = K.matmul(x, wt, backend="llvm")
     assert_close(got, R.matmul(x, wt), k=Kd)
+
+
+def test_info_names_the_unit():
+    (device,) = get_backend("llvm").devices()
+    assert f"matrix unit {llvm_host.matrix_unit()} (bf16" in device
