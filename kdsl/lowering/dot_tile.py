@@ -13,11 +13,13 @@ into arrays of their bits (bfloat16 as uint16, int8 as is):
     ap[m * K + k] = a[m, k]                            (a's rows, k contiguous)
     bp[(k // g) * g*N + g * n + k % g] = b[k, n]       (b's rows, g at a time, interleaved)
 
-each copy a loop nest whose inner loop runs along n or k.  An operand that is a load the dot
-alone reads (the usual `a = load(...); acc = dot(a, b, acc)`) is copied straight from memory:
-its values are recomputed in the copy's loop (`eval_at`) with coordinates the loop computes
-(`ix.nest`), so that the load's pointer arithmetic stays affine in the loop variables and the
-float32 register array its group wrote is never read (LLVM then deletes it).  Other operands
+each copy a loop nest whose inner loop runs along n or k; a bfloat16 b whose k is contiguous
+where it lies (`x @ w.t()`, `trans(k)`) is copied as it lies and turned into the unit's words
+by 16 x 16 word transposes instead (`_pack_b`).  An operand that is a load the dot alone reads
+(the usual `a = load(...); acc = dot(a, b, acc)`) is copied straight from memory: the lowering
+does not store it (`Lowerer._packed`), and its values are recomputed in the copy's loop
+(`dot_cpu.recompute_at`) with coordinates the loop computes (`ix.nest`), so that the load's
+pointer arithmetic stays affine in the loop variables.  Other operands
 are read from their register arrays (16-bit floats are float32 there: a bfloat16's bits are
 the high half of its float32's).  The output is then cut into blocks of at most 8 tiles (4
 accumulator tiles of a 32 x 32 block, 2 of a and 2 of b), each block a `TileDot` over the whole
