@@ -25,9 +25,10 @@ from kdsl.target import Target
 
 from . import index as ix
 from .context import LoweringContext
-from .dot_cpu import cpu_dot, dot_output, widen
+from .dot_cpu import cpu_dot, dot_output, packs_b, widen
 from .dot_mma import tensor_core_dot
 from .dot_sparse import generic_sparse_dot, sparse_tensor_core_dot
+from .dot_tile import takes as tile_takes
 from .dot_tile import tile_dot
 from .elementwise import HALF, register_type, rounded
 from .sparse_dot_cpu import cpu_sparse_dot
@@ -96,6 +97,21 @@ DOT_STRATEGIES: dict[str, DotStrategy] = {
     # one thread (the CPU): register-blocked micro-kernel (dot_cpu.py)
     "cpu_microkernel": partial(cpu_dot, fallback=rows_dot),
 }
+
+
+def packed_operands(target: Target, op: tile.Op,
+                    canon: Callable[[tile.Value], tile.Value]) -> list[tile.Value]:
+    """The operands of dot `op` that its strategy on `target` copies itself, element by
+    element, in loops of its own (so that a load only the dot reads is recomputed there
+    rather than stored: kdsl/lowering/lowerer.py `_addressed`): both operands of a
+    matrix-unit dot (dot_tile.py), b of the CPU micro-kernel's float32 dot (dot_cpu.py
+    `packs_b`); `canon` gives a value's canonical value."""
+    if op.kind != "dot":
+        return []
+    if tile_takes(target, op):
+        return list(op.operands[:2])
+    b = op.operands[1]
+    return [b] if packs_b(target, op, canon(b)) else []
 
 
 def dot_strategy(target: Target) -> DotStrategy:

@@ -83,7 +83,6 @@ from kdsl.ir.types import PointerType, int32
 from kdsl.passes.provenance import stored_params
 from kdsl.target import Target
 
-from . import dot_cpu, dot_tile
 from . import fp8 as mem  # loads and stores (8-bit floats move as their codes)
 from . import index as ix
 from .analysis import ALIASES, addressed_operands, aliases, raw_pointer_loc, read_once, users
@@ -92,7 +91,7 @@ from .caps import check_target
 from .context import CoordMap, Group
 from .control import lower_for, lower_if, lower_while
 from .debug import DEBUG_LOWERINGS, drop_breakpoints
-from .dot import dot_strategy, sparse_dot_strategy
+from .dot import dot_strategy, packed_operands, sparse_dot_strategy
 from .dot_mma import SIMULATIONS as MMA_SIMULATIONS
 from .dot_sparse import SIMULATIONS as SPARSE_SIMULATIONS
 from .elementwise import ELEMENTWISE, NEEDS_CAP, const, register_type
@@ -162,8 +161,8 @@ class Lowerer:
         self.out: list[Stmt] = []
         self.alias = aliases(fn)
         self.users = users(fn, self.alias)
-        # values read once per element by a loop of their reader's own (hints, the packing
-        # loops of a matrix-unit dot): recomputed there whatever their size
+        # values read once per element by a loop of their reader's own (hints, a dot's
+        # packing loops: `_packed`): recomputed there whatever their size
         self._read_once = read_once(fn, self.users, lambda u, v: u.kind in tile.HINT_OPS or (
             u.kind == "dot" and v.id in {self.canon(o).id for o in self._packed(u)}))
         self._remat: dict[int, frozenset[int] | None] = {}
@@ -407,22 +406,15 @@ class Lowerer:
 
     def _addressed(self, op: tile.Op) -> list[tile.Value]:
         """The operands `op` reads at arbitrary flat indices (`addressed_operands`), except
-        those of a dot on a CPU's matrix unit that it may recompute: its packing loops read
-        them element by element, as any fused reader does (dot_tile.py)."""
+        those a dot copies into panels of its own and may recompute (`_packed`): its packing
+        loops read them element by element, as any fused reader does."""
         out = addressed_operands(op)
         packed = self._packed(op)
         return [o for o in out if o not in packed or not self.remat_ok(o)]
 
     def _packed(self, op: tile.Op) -> list[tile.Value]:
-        """The operands of `op` its strategy copies itself, element by element, in loops of
-        its own: both operands of a matrix-unit dot (dot_tile.py), b of the CPU
-        micro-kernel's (dot_cpu.py `packs_b`)."""
-        if op.kind != "dot":
-            return []
-        if dot_tile.takes(self.target, op):
-            return list(op.operands[:2])
-        b = op.operands[1]
-        return [b] if dot_cpu.packs_b(self.target, op, self.canon(b)) else []
+        """The operands of `op` its dot strategy copies itself (dot.py `packed_operands`)."""
+        return packed_operands(self.target, op, self.canon)
 
     def bind(self, v: tile.Value, expr: Expr, g: Group) -> None:
         """Make `expr` the value of tile `v` in group `g` (a temp unless trivially cheap)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import kdsl.kernels as K
 import numpy as np
 import pytest
-from kcases import rand
+from kcases import rand, tile_mm
 from kdsl.backends import get_backend, llvm_host
 from kdsl.kernels import configs
 from kdsl.kernels import reference as R
@@ -25,26 +25,6 @@ if "tile_dot_bf16" not in llvm_host.matrix_caps():
                 "tile state, or KDSL_LLVM_MATRIX=none", allow_module_level=True)
 
 
-@kd.jit
-def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr, BK: kd.constexpr,
-       ACC_INT: kd.constexpr):
-    rm = kd.program_id(0) * BM + kd.arange(0, BM)
-    rn = kd.program_id(1) * BN + kd.arange(0, BN)
-    rk = kd.arange(0, BK)
-    if ACC_INT:
-        acc = kd.zeros((BM, BN), dtype=kd.int32)
-    else:
-        acc = kd.zeros((BM, BN), dtype=kd.float32)
-    for k0 in range(0, K, BK):
-        a = kd.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :],
-                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0)
-        b = kd.load(b_ptr + (k0 + rk)[:, None] * N + rn[None, :],
-                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0)
-        acc = kd.dot(a, b, acc)
-    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc,
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
 def _bf16(rng, shape):
     bits = bf16_bits(rng.standard_normal(shape).astype(np.float32))
     return bits, bf16_from_bits(bits).astype(np.float64)
@@ -57,7 +37,7 @@ def _run_bf16(rng, M, N, Kd, BM=64, BN=64, BK=64):
     c = np.zeros((M, N), np.float32)
     args = (a, b, c, M, N, Kd)
     meta = dict(BM=BM, BN=BN, BK=BK, ACC_INT=False)
-    kernel = kd.jit(mm.fn)
+    kernel = kd.jit(tile_mm.fn)
     kernel[(-(-M // BM), -(-N // BN))](*args, **meta, backend="llvm")
     return c, af @ bf, kernel.compile(*args, **meta, backend="llvm")
 
@@ -76,9 +56,9 @@ def test_int8_dot_is_exact_on_the_tiles(rng):
     b = rng.integers(-128, 128, (Kd, N), dtype=np.int8)
     c = np.zeros((M, N), np.int32)
     meta = dict(BM=32, BN=16, BK=128, ACC_INT=True)
-    mm[(3, 5)](a, b, c, M, N, Kd, **meta, backend="llvm")
+    tile_mm[(3, 5)](a, b, c, M, N, Kd, **meta, backend="llvm")
     np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))
-    assert "tdpbssd" in mm.compile(a, b, c, M, N, Kd, **meta, backend="llvm").ir["asm"]
+    assert "tdpbssd" in tile_mm.compile(a, b, c, M, N, Kd, **meta, backend="llvm").ir["asm"]
 
 
 def test_matrix_unit_off_gives_the_vector_micro_kernel(rng, monkeypatch):
@@ -110,7 +90,7 @@ def test_vector_unit_when_named(rng, monkeypatch):
     a = rng.integers(-128, 128, (M, Kd), dtype=np.int8)
     b = rng.integers(-128, 128, (Kd, N), dtype=np.int8)
     c8 = np.zeros((M, N), np.int32)
-    kd.jit(mm.fn)[(1, 1)](a, b, c8, M, N, Kd, BM=32, BN=32, BK=64, ACC_INT=True,
+    kd.jit(tile_mm.fn)[(1, 1)](a, b, c8, M, N, Kd, BM=32, BN=32, BK=64, ACC_INT=True,
                           backend="llvm")
     np.testing.assert_array_equal(c8, a.astype(np.int64) @ b.astype(np.int64))
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 from kdsl.kernels import reference
 
+import kdsl as kd
+
 DTYPES = ["float32", "float16", "bfloat16"]
 
 
@@ -44,3 +46,34 @@ def check(actual, expected, dtype: str, k: int, k_out: int = 1) -> None:
     from kdsl.testing import assert_close
 
     assert_close(actual, expected, dtype=dtype, k=k, acc_dtype="float32", k_out=k_out)
+
+
+@kd.jit
+def tile_mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr, BK: kd.constexpr,
+       ACC_INT: kd.constexpr, B_T: kd.constexpr = False, B_CM: kd.constexpr = False):
+    """A matmul tile program for the matrix-unit dot's tests (tests/unit/test_tile_dot.py,
+    tests/backend/test_tile_dot_llvm.py): int32 accumulation with ACC_INT, b in rows, as
+    trans() of a [N, K] load (B_T) or loaded column-major by its addresses (B_CM)."""
+    rm = kd.program_id(0) * BM + kd.arange(0, BM)
+    rn = kd.program_id(1) * BN + kd.arange(0, BN)
+    rk = kd.arange(0, BK)
+    if ACC_INT:
+        acc = kd.zeros((BM, BN), dtype=kd.int32)
+    else:
+        acc = kd.zeros((BM, BN), dtype=kd.float32)
+    for k0 in range(0, K, BK):
+        a = kd.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :],
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0)
+        if B_T:  # b stored [N, K]: read as its transpose
+            bt = kd.load(b_ptr + rn[:, None] * K + (k0 + rk)[None, :],
+                         mask=(rn[:, None] < N) & ((k0 + rk)[None, :] < K), other=0)
+            b = kd.trans(bt)
+        elif B_CM:  # b stored [N, K], loaded [K, N] by its addresses (the library's B_T)
+            b = kd.load(b_ptr + (k0 + rk)[:, None] + rn[None, :] * K,
+                        mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0)
+        else:
+            b = kd.load(b_ptr + (k0 + rk)[:, None] * N + rn[None, :],
+                        mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0)
+        acc = kd.dot(a, b, acc)
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))

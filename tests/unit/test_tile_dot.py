@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kcases import tile_mm
 from kdsl.backends import llvm_host
 
-import kdsl as kd
 from kdsl.frontend import build_function
 from kdsl.ir import loop as L
 from kdsl.ir.float_bits import bf16_bits, bf16_from_bits
@@ -26,39 +26,11 @@ CPU = frozenset({"fp64", "reduce_partials", "cpu_microkernel", "prefetch", "tran
 TILES = CPU | {"tile_dot", "tile_dot_bf16", "tile_dot_int8"}
 
 
-@kd.jit
-def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: kd.constexpr, BN: kd.constexpr, BK: kd.constexpr,
-       ACC_INT: kd.constexpr, B_T: kd.constexpr, B_CM: kd.constexpr = False):
-    rm = kd.program_id(0) * BM + kd.arange(0, BM)
-    rn = kd.program_id(1) * BN + kd.arange(0, BN)
-    rk = kd.arange(0, BK)
-    if ACC_INT:
-        acc = kd.zeros((BM, BN), dtype=kd.int32)
-    else:
-        acc = kd.zeros((BM, BN), dtype=kd.float32)
-    for k0 in range(0, K, BK):
-        a = kd.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :],
-                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0)
-        if B_T:  # b stored [N, K]: read as its transpose
-            bt = kd.load(b_ptr + rn[:, None] * K + (k0 + rk)[None, :],
-                         mask=(rn[:, None] < N) & ((k0 + rk)[None, :] < K), other=0)
-            b = kd.trans(bt)
-        elif B_CM:  # b stored [N, K], loaded [K, N] by its addresses (the library's B_T)
-            b = kd.load(b_ptr + (k0 + rk)[:, None] + rn[None, :] * K,
-                        mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0)
-        else:
-            b = kd.load(b_ptr + (k0 + rk)[:, None] * N + rn[None, :],
-                        mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0)
-        acc = kd.dot(a, b, acc)
-    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc,
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
 def _lower(elem, caps, BM=32, BN=32, BK=64, b_t=False, b_cm=False) -> L.Kernel:
     p, i = scalar(PointerType(elem)), scalar(int32)
     out = scalar(PointerType(int32 if elem == int8 else float32))
     fn, _ = run_tile_passes(build_function(
-        mm.fn, {"a_ptr": p, "b_ptr": p, "c_ptr": out, "M": i, "N": i, "K": i},
+        tile_mm.fn, {"a_ptr": p, "b_ptr": p, "c_ptr": out, "M": i, "N": i, "K": i},
         {"BM": BM, "BN": BN, "BK": BK, "ACC_INT": elem == int8, "B_T": b_t, "B_CM": b_cm}))
     return lower(fn, Target("llvm", threads=1, caps=caps, vector_bits=512, vector_regs=32))
 
