@@ -189,6 +189,18 @@ QUANT_MATVEC: dict[str, list[Row]] = {
 
 QUANT["simt-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT["default"]]
 
+# 2 <= M <= 16 rows (decoding a batch, speculative verification) on one-thread CPU targets,
+# keyed by M: the CPU dot evaluates the dequantised weights where its FMA loop reads them
+# (kdsl/lowering/dot_cpu.py `row_shape`), so the tile holds no dequantised copy and may span
+# long strips of each weight row, as the M = 1 matvec's do: 2048 columns (narrowed to the
+# device's parallelism by `quant_meta`), 32 rows of k per step.  int8, K = N = 4096, two
+# threads, cold, Emerald Rapids (2026-12-07): M = 2 / 4 / 8 / 16 in 1.26 / 1.33 / 2.05 / 3.47
+# ms, against 2.28 / 2.84 / 4.89 / 4.19 with the 64 x 128 x 64 tiles of `QUANT`.
+QUANT_FEW_ROWS: dict[str, list[Row]] = {
+    "default": [(INF, {})],
+    "cpu": [(16, {"BLOCK_N": 2048, "BLOCK_K": 32}), (INF, {})],
+}
+
 #: The narrowest matvec strip `matvec_meta` cuts to (a row of 128 bytes of int8 weights).
 MATVEC_MIN_BLOCK = 128
 
@@ -201,12 +213,26 @@ def matvec_meta(backend: str, N: int) -> dict[str, Any]:
     512-wide strips 0.33 ms against 0.47 in 128-wide ones, N = 2048 in 1024-wide 0.40 against
     0.56 in 256-wide; N = 11008 in 2048-wide strips 2.0 ms against 2.5 in 4096-wide (three
     strips for two threads)."""
-    meta = pick(QUANT_MATVEC, backend, N)
+    return _strips(pick(QUANT_MATVEC, backend, N), backend, N)
+
+
+def _strips(meta: dict[str, Any], backend: str, N: int) -> dict[str, Any]:
+    """`meta` with its BLOCK_N (the widest strip of columns) narrowed so that the strips are
+    no fewer than the programs the device runs at once (`Backend.parallelism`)."""
     par = get_backend(backend).parallelism() if meta else 0
     if par:
         share = _pow2(-(-N // par))
         meta["BLOCK_N"] = max(MATVEC_MIN_BLOCK, min(meta["BLOCK_N"], share))
     return meta
+
+
+def quant_meta(backend: str, M: int, N: int, dtype: str) -> dict[str, Any]:
+    """The tile of `quant_matmul_kernel` for M x N outputs from x of `dtype`: `QUANT`'s, cut
+    to M rows (`fit_rows`), with `QUANT_FEW_ROWS`' strips for a few rows where the dot is the
+    CPU's FMA micro-kernel (not a matrix unit, whose packed copies want `QUANT`'s tiles)."""
+    meta = fit_rows(pick(QUANT, backend, M * N), M, backend)
+    few = {} if matrix_unit(backend, dtype) else pick(QUANT_FEW_ROWS, backend, M)
+    return {**meta, **_strips(few, backend, N)} if few else meta
 
 ATTENTION: dict[str, list[Row]] = {
     # size = seq_q

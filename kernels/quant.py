@@ -161,7 +161,7 @@ def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
             x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, N, K, group_size=group_size,
             BITS=bits, backend=be, **wide, **matvec)
     elif M and N:
-        meta = configs.fit_rows(configs.pick(configs.QUANT, be, M * N), M, be)
+        meta = configs.quant_meta(be, M, N, x_.dtype)
         grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]),)
         wide = {"WIDE": True} if wide_offsets(x_, w, s, out) else {}
         quant_matmul_kernel[grid](x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, M, N, K,

@@ -39,6 +39,7 @@ strategy.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from functools import lru_cache
 
 from kdsl.ir import loop, tile
@@ -63,6 +64,7 @@ from . import index as ix
 from .analysis import is_zero_const
 from .context import LoweringContext
 from .elementwise import HALF, register_type
+from .prefetch import LINE, safe_address, slow_address
 
 # Block shapes, best first: the first (MR, NR) dividing (M, N) wins.  Width-agnostic (a target
 # without vector_bits): NR a multiple of 16 float32 where the tile allows.
@@ -230,9 +232,30 @@ def packs_b(target: Target, op: tile.Op, b: tile.Value) -> bool:
     256 x 512 tile's 2 KiB): a panel's 64 rows of k then fell into 8 of L1's 64 sets and
     streamed from L2 on every pass; the panels are contiguous.  Emerald Rapids, one thread,
     2048^3 float32: 134 -> 128 ms; two threads 4096^3 556 -> 531 ms."""
-    return (target.has("cpu_microkernel") and register_type(op.result.type) == float32
-            and op.result.elem not in HALF and isinstance(b.owner, tile.Op)
-            and b.owner.kind == "load")
+    if not (target.has("cpu_microkernel") and register_type(op.result.type) == float32
+            and op.result.elem not in HALF and isinstance(b.owner, tile.Op)):
+        return False
+    return b.owner.kind == "load" or (b.owner.kind in tile.ELEMENTWISE
+                                      and row_shape(target, op, computed=True) is not None)
+
+
+#: the most row blocks that evaluate a computed b each where they read it (`_b_row`)
+B_ROW_BLOCKS = 2
+
+
+def row_shape(target: Target, op: tile.Op, computed: bool) -> tuple[int, int] | None:
+    """The (MR, NR) block with which the micro-kernel evaluates b where it reads it, NR
+    values per k (`_b_row`), or None: a dot of few rows (a decode step's M = 1..16) and b
+    read straight from memory.  A load gets it where one block covers the rows (each
+    element read once; more blocks keep the panel copy, read from L1); a computed b (a
+    weight-only quantised matmul's dequantisation) where at most `B_ROW_BLOCKS` blocks do:
+    its element-wise math then runs once per block, in the FMA loop, instead of once into a
+    tile that the panels are copied from (int8, K = N = 4096, M = 16 on one core: the stored
+    tile's loop took 41% of the time, stalled on its loads)."""
+    M, N = op.operands[0].shape[0], op.operands[1].shape[1]
+    most = B_ROW_BLOCKS if computed else 1
+    return next(((mr, nr) for mr, nr in blocks(target.vector_bits, target.vector_regs)
+                 if M % mr == 0 and N % nr == 0 and M // mr <= most), None)
 
 
 def recompute_at(L: LoweringContext, v: tile.Value, e: Var, coords: list[Expr]) -> Expr:
@@ -271,6 +294,66 @@ def _pack_from_memory(L: LoweringContext, b: tile.Value, t, NR: int, K: int, N: 
     return bp
 
 
+def _b_row(L: LoweringContext, b: tile.Value, row: Array, t, kk: Var, n0: Var, j: Var,
+           N: int) -> list[Stmt]:
+    """Row kk of b's columns n0..n0 + NR (recomputable b: loads and element-wise math only
+    the dot reads) evaluated into `row`, NR values the micro-kernel's FMAs then read from
+    registers (`row_shape`): with one block of rows each element of b is read once, so a
+    panel copy would be a store and a load per element for nothing; a weight-only quantised
+    matmul's dequantisation (int8 load, convert, scale) runs inside the FMA loop, once per
+    block of rows, on no tile of its own.  Hints for the row the next K step reads go
+    first (`_next_rows_hints`)."""
+    e = L.var("eb", int32)
+    n = ix.add(n0, j)
+    return [*_next_rows_hints(L, b, kk, n0, row.size, N),
+            For(j, ix.c32(0), ix.c32(row.size), ix.c32(1),
+                [Comment(SIMD_HINT), Assign(e, ix.add(ix.mul(kk, N), n)),
+                 ArrayStore(row, j, widen(recompute_at(L, b, e, [kk, n]), t))])]
+
+
+def _next_rows_hints(L: LoweringContext, b: tile.Value, kk: Var, n0: Var, NR: int,
+                     N: int) -> list[Stmt]:
+    """Prefetch hints, one per cache line, for b's row kk + K of columns n0..n0 + NR: the
+    row the enclosing K loop's next step reads here (its rows advance by the tile's K), a
+    whole sweep of the other panels ahead.  The prefetch rewrite gives a nest stepped by NR
+    no hints, and b's rows lie a matrix row (a page, for 4096 int8 columns) apart, which the
+    hardware's stream prefetchers do not follow.  For each load b is computed from at its own
+    shape whose address is safe to compute early (no memory read, no trap: prefetch.py
+    `safe_address`); not where the row reaches it only through a division by more than K (a
+    group's scales: one row for many k, in L1 already).  Only on targets with the
+    "prefetch" capability; hints never fault, so rows past the operand's end are harmless."""
+    if not L.target.has("prefetch"):
+        return []
+    K = b.shape[0]
+    out: list[Stmt] = []
+    for load in _loads_of(L, b):
+        step = max(1, LINE // load.results[0].type.elem.itemsize)
+        jp, e = L.var("jp", int32), L.var("ep", int32)
+        row, col = ix.add(kk, ix.c32(K)), ix.add(n0, jp)
+        ptr = recompute_at(L, load.operands[0], e, [row, col])
+        if not safe_address(ptr) or slow_address(ptr, {kk.name: K}):
+            continue
+        out.append(For(jp, ix.c32(0), ix.c32(NR), ix.c32(min(step, NR)),
+                       [Assign(e, ix.add(ix.mul(row, N), col)), loop.Prefetch(ptr)]))
+    return out
+
+
+def _loads_of(L: LoweringContext, v: tile.Value) -> list[tile.Op]:
+    """The loads of v's shape that element-wise ops compute v from."""
+    found: list[tile.Op] = []
+    todo = [L.canon(v)]
+    while todo:
+        x = todo.pop()
+        op = x.owner
+        if not isinstance(op, tile.Op) or x.shape != v.shape or any(op is f for f in found):
+            continue
+        if op.kind == "load":
+            found.append(op)
+        elif op.kind in tile.ELEMENTWISE:
+            todo.extend(L.canon(o) for o in op.operands)
+    return found
+
+
 def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     """The micro-kernel for float32 accumulators; `fallback` (dot.py's row strategy) for
     integer, float64 and 16-bit accumulators."""
@@ -300,6 +383,12 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
     # `dot(q, trans(k))` every key tile).
     zero = is_zero_const(L.canon(op.operands[-1]))
     out = dot_output(L, op, t, M * N, fill=not zero)  # (before: an updated operand is packed)
+    # b of few rows' dot evaluated where the micro-kernel reads it, NR values per k, with no
+    # panel copy (`_b_row`)
+    shape = row_shape(L.target, op, L.canon(b).owner.kind != "load") if b_mem else None
+    b_row = shape is not None
+    if shape is not None:
+        (MR, NR), tail = shape, None
     row = ix.add(m0, i)
     direct_a = _in_place(L, a, A, t, [row, kk], [m0, i, kk], None, out)
     if direct_a is None and tail is not None:  # a's panels are MR rows wide: no tail
@@ -310,7 +399,10 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
         A = _pack_loops(L, "apack", A, t, MR, M, K, lambda m, k: L.at(a, [m, k])[1])
         direct_a = ix.add(ix.add(ix.mul(m0, K), ix.mul(kk, MR)), i)
     col = ix.add(n0, j)
-    if b_mem:
+    if b_row:
+        B = L.array("brow", t, NR)
+        direct_b = j
+    elif b_mem:
         B = _pack_from_memory(L, b, t, NR, K, N)
         direct_b = ix.add(ix.add(ix.mul(n0, K), ix.mul(kk, NR)), j)
     else:
@@ -338,10 +430,14 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
         fma = For(j, ix.c32(0), ix.c32(NR), ix.c32(1),
                   [Comment(SIMD_HINT),
                    ArrayStore(blk, k_at, Fma(x, Index(B, b_at), Index(blk, k_at)))])
-        rows = For(i, ix.c32(0), ix.c32(mr), ix.c32(1), [Assign(x, Index(A, a_at)), fma])
+        rows: Stmt | list[Stmt] = For(i, ix.c32(0), ix.c32(mr), ix.c32(1),
+                                      [Assign(x, Index(A, a_at)), fma])
+        if b_row:
+            rows = [*_b_row(L, b, B, t, kk, n0, j, N), rows]
         # unrolled by 4 (ROLLED_HINT): LLVM left it rolled, 5 instructions of loop control
         # per 24 FMAs and 10 loads; one Emerald Rapids core, 2048^3: 128-129 -> 121-122 ms
-        kloop = For(kk, ix.c32(0), ix.c32(K), ix.c32(1), [Comment(loop.ROLLED_HINT), rows])
+        kloop = For(kk, ix.c32(0), ix.c32(K), ix.c32(1),
+                    [Comment(loop.ROLLED_HINT), *(rows if isinstance(rows, list) else [rows])])
         # m0 outside n0: an mr-row panel of a (mr * K floats) stays in L1 while the NR-column
         # panels of b stream past it (n0 outside measured ~1.4x slower at 1024^3).
         return For(m0, ix.c32(lo), ix.c32(hi), ix.c32(mr),

@@ -108,7 +108,7 @@ def _tree_size(e: Expr, memo: dict[int, int] | None = None) -> int:
 SAFE_BINARY = frozenset("add sub mul shl shr and or xor maximum minimum".split())
 
 
-def _safe(e: Expr) -> bool:
+def safe_address(e: Expr) -> bool:
     """Whether evaluating address `e` early can neither fault nor trap."""
     for x in _nodes(e):
         if isinstance(x, (Var, Const, Special, PtrAdd, Cast)):
@@ -174,8 +174,9 @@ class _Nest:
         self.loops = loops
         self.vars = [fresh("pf", lp.var.dtype) for lp in loops]
         self.rename: dict[str, Expr] = {lp.var.name: v for lp, v in zip(loops, self.vars)}
-        self.hints: list[Expr] = []  # next-iteration addresses, on self.vars
-        self.factor: int | None = None  # innermost step multiplier (0: drop the loop)
+        # next-iteration addresses, on self.vars, by the innermost loop's step multiplier
+        # (0: no innermost loop, the address does not move with it)
+        self.hints: dict[int, list[Expr]] = {}
 
     def add(self, ptr: Expr) -> bool:
         inner = self.loops[-1]
@@ -183,18 +184,19 @@ class _Nest:
         if c is None:
             return False
         # the innermost loop steps by a line where the address moves by less than one per
-        # iteration, and is dropped where no hint of the nest moves with it
+        # iteration (per hint: an int8 tile's row takes a quarter of a float32 one's hints),
+        # and is dropped where the address does not move with it
         f = 0 if c == 0 else max(1, LINE // abs(c))
-        self.factor = f if not self.factor else min(self.factor, f) if f else self.factor
-        self.hints.append(_subst(ptr, self.rename))
+        self.hints.setdefault(f, []).append(_subst(ptr, self.rename))
         return True
 
     def build(self) -> list[Stmt]:
-        body: list[Stmt] = [Prefetch(p) for p in self.hints]
         loops = list(zip(self.loops, self.vars))
         inner, v = loops.pop()
-        if self.factor:
-            body = [For(v, inner.lo, inner.hi, Const(self.factor, inner.step.dtype), body)]
+        body: list[Stmt] = []
+        for f, ptrs in sorted(self.hints.items()):
+            hints: list[Stmt] = [Prefetch(p) for p in ptrs]
+            body += [For(v, inner.lo, inner.hi, Const(f, inner.step.dtype), hints)] if f else hints
         for lp, v in reversed(loops):
             body = [For(v, lp.lo, lp.hi, lp.step, body)]
         return body
@@ -212,6 +214,26 @@ def _advancing(body: list[Stmt], iv: Var, step: Expr, carried: list[Var],
             if all(x.name == s.var.name or counts.get(x.name, 0) == 0 for x in _vars(nxt)):
                 adv[s.var.name] = nxt
     return adv
+
+
+def slow_address(e: Expr, steps: dict[str, int | None]) -> bool:
+    """Whether address `e` reads the loop's advancing variables (`steps`: name -> constant
+    step, None if unknown) only through divisions by more than they move per iteration: a group's
+    scale row `(k0 + kk) // 128` with k0 stepping by 64.  The next iteration then reads the
+    lines this one does (every other one here, and they are in L1), so a hint is a wasted
+    load slot: a 64 x 128 tile of int8 weights with per-group float32 scales issued 512 such
+    hints per step for 128 useful ones."""
+    if isinstance(e, Var):
+        return e.name not in steps
+    if isinstance(e, (Const, Special)):
+        return True
+    if isinstance(e, Binary) and e.op in ("div", "shr") and isinstance(e.b, Const):
+        d = int(e.b.value) if e.op == "div" else 1 << int(e.b.value)
+        moved = [(ix.coefficient(e.a, v), steps[v.name]) for v in _vars(e.a) if v.name in steps]
+        if moved and all(c is not None and s and d > abs(c * s) for c, s in moved):
+            return True
+    return all(slow_address(x, steps) for x in (getattr(e, f.name) for f in fields(e))
+               if isinstance(x, Expr))
 
 
 def _unit_loops(loops: tuple[For, ...]) -> bool:
@@ -245,6 +267,7 @@ def prefetch_next(body: list[Stmt], iv: Var, step: Expr, carried: list,
     for s in body:  # the carried updates may read the body's top-level temporaries
         define(s)
     adv = _advancing(body, iv, step, scalars, counts, env)
+    steps: dict[str, int | None] = {**dict.fromkeys(adv), iv.name: _const(step)}
     env.clear()
     nests: dict[tuple[int, ...], _Nest] = {}
     last_load = -1
@@ -261,12 +284,13 @@ def prefetch_next(body: list[Stmt], iv: Var, step: Expr, carried: list,
                 for e in _stmt_exprs(s):
                     for ld in _loads(e):
                         ptr = _subst(ld.ptr, env)
-                        if _tree_size(ptr) > MAX_HINT_NODES or not _safe(ptr):
+                        if _tree_size(ptr) > MAX_HINT_NODES or not safe_address(ptr):
                             continue
                         own = {lp.var.name for lp in loops}
                         free = [x.name for x in _vars(ptr) if x.name not in own]
                         if any(x in adv for x in free) and all(
-                                x in adv or counts.get(x, 0) == 0 for x in free):
+                                x in adv or counts.get(x, 0) == 0 for x in free) and not \
+                                slow_address(ptr, steps):
                             key = tuple(id(lp) for lp in loops)
                             nest = nests.get(key) or nests.setdefault(key, _Nest(loops, fresh))
                             if nest.add(_subst(ptr, adv)):

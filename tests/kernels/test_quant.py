@@ -29,11 +29,12 @@ def test_quant_matmul(backend, rng, dtype, bits):
     check(y, R.quant_matmul(x, w, s, gs, bits), dtype, k=K, k_out=2)
 
 
-@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("M", [1, 3, 8, 12])
 @pytest.mark.parametrize("bits", [8, 4])
 def test_quant_matmul_few_rows(backend, rng, M, bits):
     # decode-sized x: the tile is cut to M's power of two (configs.fit_rows), with a ragged N
-    # and K of several groups and tiles
+    # and K of several groups and tiles; on CPU targets strips of columns whose dequantised
+    # weights the dot computes in its FMA loop, once per block of rows (configs.quant_meta)
     K, N, gs = 192, 150, 64
     x = rand(rng, (M, K), "float32")
     w, s = weights(rng, bits, K, N, gs)
@@ -86,6 +87,23 @@ def test_matvec_strips_follow_the_devices_parallelism(backend, rng, bits):
     want = widest if not par else max(configs.MATVEC_MIN_BLOCK,
                                       min(widest, 1 << (-(-N // par) - 1).bit_length()))
     assert ln.kwargs["BLOCK_N"] == meta["BLOCK_N"] == want
+
+
+def test_quant_meta_gives_few_rows_long_strips():
+    # 2..16 rows on the llvm backend: QUANT_FEW_ROWS' strips (narrowed to the device's
+    # parallelism) and K steps; more rows, or a dot on a matrix unit, keep QUANT's tiles
+    par = get_backend("llvm").parallelism()
+    widest = configs.QUANT_FEW_ROWS["cpu"][0][1]["BLOCK_N"]
+    for M in (2, 5, 16):
+        meta = configs.quant_meta("llvm", M, 4096, "float32")
+        want = widest if not par else max(configs.MATVEC_MIN_BLOCK,
+                                          min(widest, 1 << (-(-4096 // par) - 1).bit_length()))
+        assert meta["BLOCK_N"] == want and meta["BLOCK_K"] == 32, meta
+        assert meta["BLOCK_M"] == configs.row_height(M, "llvm")
+    tile = configs.fit_rows(configs.pick(configs.QUANT, "llvm", 17 * 4096), 17, "llvm")
+    assert configs.quant_meta("llvm", 17, 4096, "float32") == tile
+    if configs.matrix_unit("llvm", "bfloat16"):
+        assert configs.quant_meta("llvm", 4, 4096, "bfloat16")["BLOCK_N"] != want
 
 
 def test_fit_rows_cuts_block_m_to_the_problem():

@@ -9,6 +9,7 @@ import pytest
 
 import kdsl as kd
 from kdsl.ir import loop as L
+from kdsl.ir.loop_interp import run_kernel
 from kdsl.ir.types import PointerType
 from kdsl.testing import assert_close
 
@@ -350,6 +351,80 @@ def test_cpu_dot_packs_a_transposed_b_into_micro_panels():
     fmas = [e for s in _walk(ck.kernel.body) for e in _exprs(s) if isinstance(e, L.Fma)]
     assert any(e.array is packs["bpack"] for f in fmas for e in _exprs(f)
                if isinstance(e, L.Index))
+
+
+@kd.jit
+def few_rows_dequant_dot(a_ptr, q_ptr, s_ptr, c_ptr, M: kd.constexpr, N: kd.constexpr,
+                         K: kd.constexpr, BK: kd.constexpr, GROUP: kd.constexpr,
+                         PLAIN: kd.constexpr):
+    # a weight-only quantised matmul's K loop (kernels/quant.py): b computed from an int8
+    # load and a per-group scale row (PLAIN: b a float32 load, s_ptr unread)
+    rm = kd.arange(0, M)
+    rn = kd.arange(0, N)
+    acc = kd.zeros((M, N), dtype=kd.float32)
+    for k0 in range(0, K, BK):
+        ks = k0 + kd.arange(0, BK)
+        a = kd.load(a_ptr + rm[:, None] * K + ks[None, :])
+        if PLAIN:
+            b = kd.load(s_ptr + ks[:, None] * N + rn[None, :])
+        else:
+            q = kd.load(q_ptr + ks[:, None] * N + rn[None, :]).to(kd.float32)
+            b = q * kd.load(s_ptr + (ks // GROUP)[:, None] * N + rn[None, :])
+        acc = kd.dot(a, b, acc)
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+def _few_rows(M, plain=False, N=64, K=64, BK=16, GROUP=32):
+    rng = np.random.default_rng(M)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    q = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    s = (rng.random((K, N) if plain else (K // GROUP, N)) + 0.5).astype(np.float32)
+    c = np.zeros((M, N), np.float32)
+    args = (a, q, s, c)
+    meta = dict(M=M, N=N, K=K, BK=BK, GROUP=GROUP, PLAIN=plain)
+    ck = few_rows_dequant_dot[(1,)](*args, **meta, backend="llvm")
+    w = s.astype(np.float64) if plain else q * np.repeat(s, GROUP, axis=0).astype(np.float64)
+    assert_close(c, a.astype(np.float64) @ w, dtype=np.float32, k=K)
+    return ck, args, w
+
+
+@pytest.mark.parametrize("M", [4, 16])
+def test_cpu_dot_of_few_rows_evaluates_a_computed_b_where_it_reads_it(M):
+    # M <= 2 x MR rows (a decode step): the dequantised b is computed in the FMA loop, NR
+    # values per k (dot_cpu.py `_b_row`), with no tile of it and no panel copy; the row the
+    # next K step reads is hinted, the group's scale row (through k // GROUP) is not
+    ck, args, w = _few_rows(M)
+    names = [x.name for x in ck.kernel.arrays]
+    rows = [x for x in ck.kernel.arrays if x.name.startswith("brow")]
+    assert len(rows) == 1 and not any("pack" in n for n in names), names
+    assert all(x.size < 16 * 64 for x in ck.kernel.arrays if x not in rows
+               and not x.name.startswith(("blk", "acc", "dot", "a"))), names
+    fmas = [e for s in _walk(ck.kernel.body) for e in _exprs(s) if isinstance(e, L.Fma)]
+    assert any(e.array is rows[0] for f in fmas for e in _exprs(f) if isinstance(e, L.Index))
+    hinted = [str(s.ptr) for s in _walk(ck.kernel.body) if isinstance(s, L.Prefetch)]
+    assert any("q_ptr" in h for h in hinted), hinted
+    assert not any("s_ptr" in h for h in hinted), hinted
+    # the Loop IR simulator agrees with the compiled kernel
+    a, q, s, c = args
+    sim = np.zeros_like(c)
+    run_kernel(ck.kernel, (1,), [a, q, s, sim])
+    np.testing.assert_array_equal(sim, c)
+
+
+def test_cpu_dot_of_many_rows_keeps_the_computed_b_tile():
+    # more than two blocks of rows: b is computed once into its tile, read in place
+    ck, _, _ = _few_rows(64)
+    assert not any(x.name.startswith("brow") for x in ck.kernel.arrays)
+
+
+@pytest.mark.parametrize("M,direct", [(4, True), (16, False)])
+def test_cpu_dot_reads_a_loaded_b_of_one_row_block_from_memory(M, direct):
+    # a float32 load b: evaluated where the FMAs read it only with one block of rows (each
+    # element read once); with more the panels are copied once and read from L1
+    ck, _, _ = _few_rows(M, plain=True)
+    names = [x.name for x in ck.kernel.arrays]
+    assert any(n.startswith("brow") for n in names) == direct, names
+    assert any(n.startswith("bpack") for n in names) != direct, names
 
 
 @kd.jit
