@@ -10,7 +10,8 @@ Peers: NumPy (OpenBLAS) and torch CPU for matmul, torch SDPA for attention, torc
 SwiGLU MLP, softmax and the norms (and Numba parallel fastmath where importable, as in
 numba_peers.py, each allocating its output as the library does), the memory-bandwidth limit
 for the int4 M=1 quant matmul (its weight bytes over the copy bandwidth measured in the same
-run; timed with the caches swept before each call); torch's bfloat16 ops for the `bf16` rows
+run; timed with the caches swept before each call), and for int8 and int4 with 4 and 16 rows
+(no target: 16 rows of float32 activations are bound by the FMAs); torch's bfloat16 ops for the `bf16` rows
 (matmul, attention, mlp with bfloat16 inputs).  Outputs are checked against the first
 peer before timing.
 """
@@ -234,6 +235,24 @@ def bench_quant(o, torch) -> None:
     print(f"{'quant int4 M=1 K=N=4096':34s} kdsl {ms:8.2f} ms cold ({warm:.2f} warm)  "
           f"bandwidth limit {limit_ms:.3f} ms (copy {gbs:.1f} GB/s)  | {ms / limit_ms:.1f}x the "
           f"limit  {'met' if ms <= 2 * limit_ms else 'missed'} (<= 2x)", flush=True)
+    # a few rows (a batch of decode steps; no target): the same cold weights, int8 and int4
+    w8 = RNG.integers(-128, 128, (K_, N), dtype=np.int8)
+    for bits, w in ((8, w8), (4, wq)):
+        limit_ms = (w.nbytes + sc.nbytes) / (gbs * 1e9) * 1e3
+        for M in (4, 16):
+            xm = _f32(M, K_)
+            call = lambda: K.quant_matmul(xm, w, sc, 128, bits, backend="llvm")  # noqa: E731
+            call()
+            cold_times = []
+            for _ in range(o.rounds):
+                sweep += 1
+                t0 = time.perf_counter()
+                call()
+                cold_times.append((time.perf_counter() - t0) * 1e3)
+            ms = statistics.median(cold_times)
+            print(f"{f'quant int{bits} M={M} K=N=4096':34s} kdsl {ms:8.2f} ms cold  "
+                  f"bandwidth limit {limit_ms:.3f} ms  | {ms / limit_ms:.1f}x the limit  "
+                  f"(no target)", flush=True)
 
 
 BENCHES = {"matmul": bench_matmul, "attention": bench_attention, "mlp": bench_mlp,

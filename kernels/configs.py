@@ -198,7 +198,7 @@ QUANT["simt-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT[
 # ms, against 2.28 / 2.84 / 4.89 / 4.19 with the 64 x 128 x 64 tiles of `QUANT`.
 QUANT_FEW_ROWS: dict[str, list[Row]] = {
     "default": [(INF, {})],
-    "cpu": [(16, {"BLOCK_N": 2048, "BLOCK_K": 32}), (INF, {})],
+    "cpu": [(16, {"BLOCK_N": 2048, "BLOCK_K": 32, "num_warps": 1}), (INF, {})],
 }
 
 #: The narrowest matvec strip `matvec_meta` cuts to (a row of 128 bytes of int8 weights).
@@ -224,6 +224,17 @@ def _strips(meta: dict[str, Any], backend: str, N: int) -> dict[str, Any]:
         share = _pow2(-(-N // par))
         meta["BLOCK_N"] = max(MATVEC_MIN_BLOCK, min(meta["BLOCK_N"], share))
     return meta
+
+
+def quant_rows_meta(backend: str, M: int, N: int, dtype: str, group_size: int
+                    ) -> dict[str, Any]:
+    """The meta of `quant_rows_kernel` (a few rows on one-thread CPU targets, scaled once per
+    group) for M x N outputs from x of `dtype`, or {}: no `QUANT_FEW_ROWS` row for M, a dot
+    on a matrix unit, or a group size that is not a multiple of the table's BLOCK_K."""
+    few = {} if matrix_unit(backend, dtype) else pick(QUANT_FEW_ROWS, backend, M)
+    if not few or group_size % few["BLOCK_K"]:
+        return {}
+    return {**_strips(few, backend, N), "BLOCK_M": row_height(M, backend)}
 
 
 def quant_meta(backend: str, M: int, N: int, dtype: str) -> dict[str, Any]:

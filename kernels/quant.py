@@ -96,6 +96,58 @@ def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size: kd.cons
 
 
 @kd.jit
+def quant_rows_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size: kd.constexpr,
+                      BITS: kd.constexpr, BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr,
+                      BLOCK_K: kd.constexpr, WIDE: kd.constexpr = False):
+    # A few rows of x (a batch of decode steps) on one-thread CPU targets: per scale group the
+    # dot sums x times the integer weights as float32 (exact integers: int8 q, or int4's
+    # unsigned nibbles u), and the group's sum is scaled once per column, as the matvec does:
+    # (sum x q) * s, (sum x u - 8 sum x) * s.  The CPU dot evaluates the converted weights in
+    # its FMA loop (kdsl/lowering/dot_cpu.py `row_shape`): per weight a widening and a convert
+    # (int4: and an and or a shift), no scale load and multiply, no offset.  group_size is a
+    # multiple of BLOCK_K (quant_matmul checks), so no k is masked.
+    n_m = kd.cdiv(M, BLOCK_M)
+    pid = kd.program_id(0)
+    pid_m = pid % n_m
+    pid_n = pid // n_m
+    rm = widen(pid_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
+    rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
+    m_mask = rm < M
+    n_mask = rn < N
+    acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
+    for g in range(0, K, group_size):
+        part = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
+        if BITS == 4:
+            # byte row j holds k = 2j (low nibble) and 2j + 1 (high), dotted with x's even
+            # and odd columns; the offset of 8 comes off once per group through sum x
+            rj = widen(kd.arange(0, BLOCK_K // 2), WIDE)
+            sx = kd.zeros((BLOCK_M,), dtype=kd.float32)
+            for k0 in range(g, g + group_size, BLOCK_K):
+                js = k0 // 2 + rj
+                x_at = x_ptr + rm[:, None] * K + (2 * js)[None, :]
+                x_even = kd.load(x_at, mask=m_mask[:, None], other=0.0).to(kd.float32)
+                x_odd = kd.load(x_at + 1, mask=m_mask[:, None], other=0.0).to(kd.float32)
+                byte = kd.load(w_ptr + js[:, None] * N + rn[None, :], mask=n_mask[None, :],
+                               other=0).to(kd.int32)
+                part = kd.dot(x_even, (byte & 15).to(kd.float32), part)
+                part = kd.dot(x_odd, (byte >> 4).to(kd.float32), part)
+                sx += kd.sum(x_even + x_odd, axis=1)
+            part -= 8.0 * sx[:, None]
+        else:
+            rk = widen(kd.arange(0, BLOCK_K), WIDE)
+            for k0 in range(g, g + group_size, BLOCK_K):
+                ks = k0 + rk
+                x = kd.load(x_ptr + rm[:, None] * K + ks[None, :], mask=m_mask[:, None],
+                            other=0.0).to(kd.float32)
+                q = kd.load(w_ptr + ks[:, None] * N + rn[None, :], mask=n_mask[None, :],
+                            other=0).to(kd.float32)
+                part = kd.dot(x, q, part)
+        scale = kd.load(s_ptr + widen(g // group_size, WIDE) * N + rn, mask=n_mask, other=0.0)
+        acc += part * scale.to(kd.float32)[None, :]
+    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=m_mask[:, None] & n_mask[None, :])
+
+
+@kd.jit
 def quant_matvec_kernel(x_ptr, w_ptr, s_ptr, c_ptr, N, K, group_size: kd.constexpr,
                         BITS: kd.constexpr, BLOCK_N: kd.constexpr, WIDE: kd.constexpr = False):
     # One row of x (M = 1, decoding): each weight is used once, so instead of a dot over a
@@ -155,15 +207,19 @@ def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
     be = resolve_backend(backend, x_, w, s)
     out = empty(x_, (M, N), x_.dtype)
     matvec = configs.matvec_meta(be, N) if M == 1 else None
+    rows = configs.quant_rows_meta(be, M, N, x_.dtype, group_size) if M > 1 else None
+    wide = {"WIDE": True} if wide_offsets(x_, w, s, out) else {}
     if matvec and (bits == 8 or group_size % 2 == 0) and N:
-        wide = {"WIDE": True} if wide_offsets(x_, w, s, out) else {}
         quant_matvec_kernel[(kd.cdiv(N, matvec["BLOCK_N"]),)](
             x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, N, K, group_size=group_size,
             BITS=bits, backend=be, **wide, **matvec)
+    elif rows and N:
+        grid = (kd.cdiv(M, rows["BLOCK_M"]) * kd.cdiv(N, rows["BLOCK_N"]),)
+        quant_rows_kernel[grid](x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, M, N, K,
+                                group_size=group_size, BITS=bits, backend=be, **wide, **rows)
     elif M and N:
         meta = configs.quant_meta(be, M, N, x_.dtype)
         grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]),)
-        wide = {"WIDE": True} if wide_offsets(x_, w, s, out) else {}
         quant_matmul_kernel[grid](x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, M, N, K,
                                   group_size=group_size, BITS=bits, backend=be, **wide, **meta)
     return result(out)

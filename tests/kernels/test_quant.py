@@ -89,6 +89,25 @@ def test_matvec_strips_follow_the_devices_parallelism(backend, rng, bits):
     assert ln.kwargs["BLOCK_N"] == meta["BLOCK_N"] == want
 
 
+@pytest.mark.parametrize("gs", [32, 3])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_few_rows_are_scaled_once_per_group(backend, rng, bits, gs):
+    # 2..16 rows on one-thread CPU targets: quant_rows_kernel sums x times the integer
+    # weights per group and scales the sum (configs.quant_rows_meta); a group size that is
+    # not a multiple of its BLOCK_K takes the dequantising kernel
+    M, K, N = 5, 3 * 32 * (1 if gs == 32 else 3), 70
+    x = rand(rng, (M, K), "float32")
+    w, s = weights(rng, bits, K, N, gs)
+    with record_launches() as launches:
+        y = quant_matmul(x, w, s, gs, bits, backend=backend)
+    check(y, R.quant_matmul(x, w, s, gs, bits), "float32", k=K, k_out=2)
+    rows = configs.quant_rows_meta(backend, M, N, "float32", gs)
+    (ln,) = launches
+    assert ln.jit.fn.__name__ == ("quant_rows_kernel" if rows else "quant_matmul_kernel")
+    if gs == 3:
+        assert not rows
+
+
 def test_quant_meta_gives_few_rows_long_strips():
     # 2..16 rows on the llvm backend: QUANT_FEW_ROWS' strips (narrowed to the device's
     # parallelism) and K steps; more rows, or a dot on a matrix unit, keep QUANT's tiles
@@ -100,8 +119,13 @@ def test_quant_meta_gives_few_rows_long_strips():
                                           min(widest, 1 << (-(-4096 // par) - 1).bit_length()))
         assert meta["BLOCK_N"] == want and meta["BLOCK_K"] == 32, meta
         assert meta["BLOCK_M"] == configs.row_height(M, "llvm")
+        rows = configs.quant_rows_meta("llvm", M, 4096, "float32", 128)
+        assert {k: rows[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")} == \
+            {k: meta[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     tile = configs.fit_rows(configs.pick(configs.QUANT, "llvm", 17 * 4096), 17, "llvm")
     assert configs.quant_meta("llvm", 17, 4096, "float32") == tile
+    assert configs.quant_rows_meta("llvm", 17, 4096, "float32", 128) == {}
+    assert configs.quant_rows_meta("llvm", 4, 4096, "float32", 48) == {}  # 48 % 32
     if configs.matrix_unit("llvm", "bfloat16"):
         assert configs.quant_meta("llvm", 4, 4096, "bfloat16")["BLOCK_N"] != want
 
