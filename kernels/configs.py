@@ -226,12 +226,13 @@ def _strips(meta: dict[str, Any], backend: str, N: int) -> dict[str, Any]:
     return meta
 
 
-def quant_rows_meta(backend: str, M: int, N: int, dtype: str, group_size: int
-                    ) -> dict[str, Any]:
+def quant_rows_meta(backend: str, M: int, N: int, group_size: int) -> dict[str, Any]:
     """The meta of `quant_rows_kernel` (a few rows on one-thread CPU targets, scaled once per
-    group) for M x N outputs from x of `dtype`, or {}: no `QUANT_FEW_ROWS` row for M, a dot
-    on a matrix unit, or a group size that is not a multiple of the table's BLOCK_K."""
-    few = {} if matrix_unit(backend, dtype) else pick(QUANT_FEW_ROWS, backend, M)
+    group) for M x N outputs, or {}: no `QUANT_FEW_ROWS` row for M, or a group size that is
+    not a multiple of the table's BLOCK_K.  16-bit activations too, where
+    a matrix unit would take the dequantising kernel's dot (its tiles are 16 rows: 4 rows of
+    bfloat16 x ran the FMA fallback with the dequantised tile, 2.5 ms against 1.0 here)."""
+    few = pick(QUANT_FEW_ROWS, backend, M)
     if not few or group_size % few["BLOCK_K"]:
         return {}
     return {**_strips(few, backend, N), "BLOCK_M": row_height(M, backend)}

@@ -207,7 +207,7 @@ def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
     be = resolve_backend(backend, x_, w, s)
     out = empty(x_, (M, N), x_.dtype)
     matvec = configs.matvec_meta(be, N) if M == 1 else None
-    rows = configs.quant_rows_meta(be, M, N, x_.dtype, group_size) if M > 1 else None
+    rows = configs.quant_rows_meta(be, M, N, group_size) if M > 1 else None
     wide = {"WIDE": True} if wide_offsets(x_, w, s, out) else {}
     if matvec and (bits == 8 or group_size % 2 == 0) and N:
         quant_matvec_kernel[(kd.cdiv(N, matvec["BLOCK_N"]),)](

@@ -101,7 +101,7 @@ def test_few_rows_are_scaled_once_per_group(backend, rng, bits, gs):
     with record_launches() as launches:
         y = quant_matmul(x, w, s, gs, bits, backend=backend)
     check(y, R.quant_matmul(x, w, s, gs, bits), "float32", k=K, k_out=2)
-    rows = configs.quant_rows_meta(backend, M, N, "float32", gs)
+    rows = configs.quant_rows_meta(backend, M, N, gs)
     (ln,) = launches
     assert ln.jit.fn.__name__ == ("quant_rows_kernel" if rows else "quant_matmul_kernel")
     if gs == 3:
@@ -119,13 +119,13 @@ def test_quant_meta_gives_few_rows_long_strips():
                                           min(widest, 1 << (-(-4096 // par) - 1).bit_length()))
         assert meta["BLOCK_N"] == want and meta["BLOCK_K"] == 32, meta
         assert meta["BLOCK_M"] == configs.row_height(M, "llvm")
-        rows = configs.quant_rows_meta("llvm", M, 4096, "float32", 128)
+        rows = configs.quant_rows_meta("llvm", M, 4096, 128)
         assert {k: rows[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")} == \
             {k: meta[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     tile = configs.fit_rows(configs.pick(configs.QUANT, "llvm", 17 * 4096), 17, "llvm")
     assert configs.quant_meta("llvm", 17, 4096, "float32") == tile
-    assert configs.quant_rows_meta("llvm", 17, 4096, "float32", 128) == {}
-    assert configs.quant_rows_meta("llvm", 4, 4096, "float32", 48) == {}  # 48 % 32
+    assert configs.quant_rows_meta("llvm", 17, 4096, 128) == {}
+    assert configs.quant_rows_meta("llvm", 4, 4096, 48) == {}  # 48 % 32
     if configs.matrix_unit("llvm", "bfloat16"):
         assert configs.quant_meta("llvm", 4, 4096, "bfloat16")["BLOCK_N"] != want
 
