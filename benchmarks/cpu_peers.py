@@ -11,9 +11,9 @@ SwiGLU MLP, softmax and the norms (and Numba parallel fastmath where importable,
 numba_peers.py, each allocating its output as the library does), the memory-bandwidth limit
 for the int4 M=1 quant matmul (its weight bytes over the copy bandwidth measured in the same
 run; timed with the caches swept before each call), and for int8 and int4 with 4 and 16 rows
-(no target: 16 rows of float32 activations are bound by the FMAs); torch's bfloat16 ops for the `bf16` rows
-(matmul, attention, mlp with bfloat16 inputs).  Outputs are checked against the first
-peer before timing.
+(no target: 16 rows of float32 activations are bound by the FMAs); torch's bfloat16 ops for
+the `bf16` rows (matmul, attention, mlp with bfloat16 inputs).  Outputs are checked against
+the first peer before timing.
 """
 
 from __future__ import annotations

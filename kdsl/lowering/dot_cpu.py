@@ -39,7 +39,6 @@ strategy.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 from functools import lru_cache
 
 from kdsl.ir import loop, tile
