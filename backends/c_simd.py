@@ -37,7 +37,10 @@ no sum, max or other scalar is carried from one iteration to the next) is printe
 `vectorize_width(lanes)`, and the kernel gets `min_vector_width(lanes * 32)` so that the
 wider vectors are legal.  A forced vectoriser may reassociate a carried float reduction:
 such loops (the serial sum of `reduce.py`, the partials' final sum) are never marked, so
-every result keeps its documented order.  Memory dependences are still the compiler's to
+every result keeps its documented order.  A `simd` loop the plan cannot print (a CPU dot's
+row of b computed from global loads, `_b_row`) is marked so whatever its trip count: it is
+the vector dimension, and PoCL's own choice (8 lanes, the row stored in halves and read back
+16 wide) failed store forwarding.  Memory dependences are still the compiler's to
 check (forcing skips its cost model, not its legality analysis).  Softmax 1024x4096 on PoCL:
 10.8-12.5 ms -> 9 ms.
 """
@@ -303,12 +306,17 @@ _PLAIN = (loop.Assign, loop.ArrayStore, loop.Store, loop.Comment)
 def parallel(s: loop.For, lanes: int) -> bool:
     """Whether `s` is an innermost loop of at least `lanes` iterations that carries no
     scalar from one iteration to the next (module docstring, "Element loops")."""
+    # (a SIMD loop of the plan never gets here; one it could not print, such as the CPU dot's
+    # row of b evaluated where it is read, dot_cpu.py `_b_row`, is the vector dimension the
+    # lowering meant: its width is forced whatever its trip count.  Left to its cost model,
+    # PoCL vectorised that row 8 wide, stored it in two halves and read it back as one 16-wide
+    # vector, a failed store-to-load forward on 38% of the samples: quant_matmul 16 x 4096 x
+    # 4096 int8 6.3 -> 3.6 ms.)
+    least = lanes if loop.loop_hint(s) == SIMD_HINT else max(lanes, PARALLEL_MIN_TRIP)
     if not all(isinstance(x, loop.Const) for x in (s.lo, s.hi, s.step)) or s.step.value != 1 \
-            or s.hi.value - s.lo.value < max(lanes, PARALLEL_MIN_TRIP):
+            or s.hi.value - s.lo.value < least:
         return False
     body = s.body
-    if loop.loop_hint(s) == SIMD_HINT:
-        return False  # a SIMD loop of the plan, or one it could not print (not an element loop)
     carried = _assigned(body)
     defined: set[str] = set()
     for st in body:

@@ -15,7 +15,7 @@ from kdsl.backends.opencl import ONE_THREAD_CAPS, opencl_dialect
 import kdsl as kd
 from kdsl.frontend import build_function
 from kdsl.ir import loop
-from kdsl.ir.types import PointerType, float32, int32, scalar
+from kdsl.ir.types import PointerType, float32, int8, int32, scalar
 from kdsl.lowering import lower
 from kdsl.passes import run_tile_passes
 from kdsl.target import Target
@@ -158,6 +158,25 @@ def test_element_loops_marked_only_without_carried_scalars():
     assert src.count("#pragma clang loop vectorize_width(16)") == 1
     assert "__attribute__((min_vector_width(512)))" in src
     assert plan(k, 0).parallel == {}  # no vector width: nothing marked
+
+
+def test_unprintable_simd_loops_get_their_width_forced():
+    # a `simd` loop the plan cannot print (a row of b converted from int8 loads, dot_cpu.py
+    # `_b_row`) is still the vector dimension: marked with the lanes whatever its trip count,
+    # where an element loop that short is left to the compiler
+    j = loop.Var("j", int32)
+    w = loop.Var("w", PointerType(int8))
+    row = loop.Array("brow", float32, 32)
+    c = lambda v: loop.Const(v, int32)
+    convert = loop.For(j, c(0), c(32), c(1), [
+        loop.Comment(SIMD_HINT),
+        loop.ArrayStore(row, j, loop.Cast(loop.Load(loop.PtrAdd(w, j)), float32))])
+    short = loop.For(j, c(0), c(32), c(1), [loop.ArrayStore(row, j, loop.Const(0.0, float32))])
+    k = loop.Kernel("k", [w], [convert, short], variables=[j], arrays=[row], threads=1)
+    p = plan(k, 16)
+    assert p.loops == {} and p.parallel == {id(convert): 16}
+    src = emit(k, opencl_dialect(simd_lanes=16))
+    assert src.count("#pragma clang loop vectorize_width(16)") == 1
 
 
 def test_one_thread_builds_are_quiet():
