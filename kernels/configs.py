@@ -238,6 +238,29 @@ def quant_rows_meta(backend: str, M: int, N: int, group_size: int) -> dict[str, 
     return {**_strips(few, backend, N), "BLOCK_M": row_height(M, backend)}
 
 
+# Split-K of the dequantising quant kernel (a few rows on a device that runs many programs at
+# once: a decode step's M = 1..16 with N / BLOCK_N tiles leaves most of a GPU's SMs idle while
+# each tile walks all of K): the profile's least number of programs to reach, the most runs
+# of K, and the fewest BLOCK_K steps a run keeps; {} or absent: no split (the CPU profiles,
+# whose threads the tiles already outnumber or whose few-rows kernels take those shapes).
+QUANT_SPLIT_K: dict[str, dict[str, int]] = {
+    "default": {"PROGRAMS": 256, "MAX_SPLIT": 8, "MIN_STEPS": 2},
+    "cpu": {},
+    "tile": {},
+    "simt-cpu": {},
+}
+
+
+def quant_split_k(backend: str, tiles: int, K: int, block_k: int) -> int:
+    """Runs of K for `tiles` output tiles of the dequantising quant kernel (1: no split)."""
+    row = _row(QUANT_SPLIT_K, backend)
+    if not row or tiles >= row["PROGRAMS"]:
+        return 1
+    steps = -(-K // block_k)
+    return max(1, min(row["MAX_SPLIT"], -(-row["PROGRAMS"] // tiles),
+                      steps // row["MIN_STEPS"]))
+
+
 def quant_meta(backend: str, M: int, N: int, dtype: str) -> dict[str, Any]:
     """The tile of `quant_matmul_kernel` for M x N outputs from x of `dtype`: `QUANT`'s, cut
     to M rows (`fit_rows`), with `QUANT_FEW_ROWS`' strips for a few rows where the dot is the

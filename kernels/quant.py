@@ -52,19 +52,28 @@ def int4_row_pairs(w_ptr, s_ptr, js, rn, N, K, group_size: kd.constexpr):
 def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size: kd.constexpr,
                         BITS: kd.constexpr,
                         BLOCK_M: kd.constexpr, BLOCK_N: kd.constexpr, BLOCK_K: kd.constexpr,
-                        GROUP_M: kd.constexpr, WIDE: kd.constexpr = False):
-    # tile offsets in int64 only when WIDE (kernels/_index.py)
+                        GROUP_M: kd.constexpr, WIDE: kd.constexpr = False,
+                        SPLIT_K: kd.constexpr = 1):
+    # tile offsets in int64 only when WIDE (kernels/_index.py).  With SPLIT_K > 1 program
+    # (i, s) sums the s-th of SPLIT_K runs of K (whole BLOCK_K steps) and stores its float32
+    # partial at c_ptr + s * M * N, which `sum_splits_kernel` adds up in split order.
     pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rm = widen(pid_m * BLOCK_M + kd.arange(0, BLOCK_M), WIDE)
     rn = widen(pid_n * BLOCK_N + kd.arange(0, BLOCK_N), WIDE)
     rk = widen(kd.arange(0, BLOCK_K), WIDE)
     acc = kd.zeros((BLOCK_M, BLOCK_N), dtype=kd.float32)
+    k_lo = 0
+    k_hi = K
+    if SPLIT_K > 1:
+        run = kd.cdiv(kd.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+        k_lo = kd.program_id(1) * run
+        k_hi = kd.minimum(K, k_lo + run)
     if BITS == 4 and group_size % 2 == 0:
         # Each byte row j holds k = 2j and 2j + 1, which share a group's scale (even group
         # size): the tile of bytes is read and scaled once and split into its two nibble
         # tiles, each the operand of a dot with x's even or odd columns.
         rj = widen(kd.arange(0, BLOCK_K // 2), WIDE)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_lo, k_hi, BLOCK_K):
             js = k0 // 2 + rj
             ke = 2 * js
             x_mask = (rm[:, None] < M) & (ke[None, :] < K)
@@ -76,7 +85,7 @@ def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size: kd.cons
             acc = kd.dot(x_even, w_even, acc)
             acc = kd.dot(x_odd, w_odd, acc)
     else:
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_lo, k_hi, BLOCK_K):
             ks = k0 + rk
             x = kd.load(x_ptr + rm[:, None] * K + ks[None, :],
                         mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
@@ -92,7 +101,22 @@ def quant_matmul_kernel(x_ptr, w_ptr, s_ptr, c_ptr, M, N, K, group_size: kd.cons
                             mask=w_mask, other=0.0).to(kd.float32)
             w = (q.to(kd.float32) * scale).to(x.dtype)
             acc = kd.dot(x, w, acc)
-    kd.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    c_at = c_ptr + rm[:, None] * N + rn[None, :]
+    if SPLIT_K > 1:
+        c_at += widen(kd.program_id(1), WIDE) * M * N
+    kd.store(c_at, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@kd.jit
+def sum_splits_kernel(part_ptr, c_ptr, size, SPLIT_K: kd.constexpr, BLOCK: kd.constexpr,
+                      WIDE: kd.constexpr = False):
+    """c[e] = sum over s of part[s * size + e], in s order, rounded once to c's dtype."""
+    offs = widen(kd.program_id(0) * BLOCK + kd.arange(0, BLOCK), WIDE)
+    mask = offs < size
+    total = kd.zeros((BLOCK,), dtype=kd.float32)
+    for s in kd.static_range(SPLIT_K):
+        total += kd.load(part_ptr + widen(size, WIDE) * s + offs, mask=mask, other=0.0)
+    kd.store(c_ptr + offs, total, mask=mask)
 
 
 @kd.jit
@@ -219,7 +243,24 @@ def quant_matmul(x: Any, w_q: Any, scales: Any, group_size: int, bits: int,
                                 group_size=group_size, BITS=bits, backend=be, **wide, **rows)
     elif M and N:
         meta = configs.quant_meta(be, M, N, x_.dtype)
-        grid = (kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"]),)
-        quant_matmul_kernel[grid](x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg, M, N, K,
-                                  group_size=group_size, BITS=bits, backend=be, **wide, **meta)
+        tiles = kd.cdiv(M, meta["BLOCK_M"]) * kd.cdiv(N, meta["BLOCK_N"])
+        split = configs.quant_split_k(be, tiles, K, meta["BLOCK_K"])
+        if split > 1:
+            # a few rows on a wide device: more programs than tiles, each a run of K
+            part = empty(x_, (split, M, N), "float32")
+            wide = {"WIDE": True} if wide_offsets(x_, w, s, part) else {}
+            quant_matmul_kernel[(tiles, split)](
+                x_.kernel_arg, w.data, s.kernel_arg, part.kernel_arg, M, N, K,
+                group_size=group_size, BITS=bits, SPLIT_K=split, backend=be, **wide, **meta)
+            sum_splits_kernel[(kd.cdiv(M * N, SUM_BLOCK),)](
+                part.kernel_arg, out.kernel_arg, M * N, SPLIT_K=split, BLOCK=SUM_BLOCK,
+                backend=be, **wide)
+        else:
+            quant_matmul_kernel[(tiles,)](x_.kernel_arg, w.data, s.kernel_arg, out.kernel_arg,
+                                          M, N, K, group_size=group_size, BITS=bits, backend=be,
+                                          **wide, **meta)
     return result(out)
+
+
+#: elements of the output each program of `sum_splits_kernel` adds up
+SUM_BLOCK = 1024

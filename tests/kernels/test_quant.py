@@ -6,6 +6,7 @@ import pytest
 from kcases import DTYPES, check, rand
 from kdsl.backends import get_backend
 from kdsl.kernels import configs, quant_matmul
+from kdsl.kernels.configs import INF
 from kdsl.kernels import reference as R
 
 from kdsl.runtime.launches import record_launches
@@ -106,6 +107,24 @@ def test_few_rows_are_scaled_once_per_group(backend, rng, bits, gs):
     assert ln.jit.fn.__name__ == ("quant_rows_kernel" if rows else "quant_matmul_kernel")
     if gs == 3:
         assert not rows
+
+
+@pytest.mark.parametrize("bits,gs", [(8, 32), (4, 32), (4, 3)])
+def test_split_k_sums_runs_of_k(backend, rng, monkeypatch, bits, gs):
+    # the dequantising kernel over runs of K (configs.quant_split_k, the GPU profiles' decode
+    # shapes), forced here on every backend: float32 partials summed in split order
+    monkeypatch.setattr(configs, "QUANT_SPLIT_K", {"default": {"PROGRAMS": 64, "MAX_SPLIT": 3,
+                                                                "MIN_STEPS": 1}})
+    monkeypatch.setattr(configs, "QUANT_FEW_ROWS", {"default": [(INF, {})]})
+    M, K, N = 20, 3 * 96, 70
+    x = rand(rng, (M, K), "float32")
+    w, s = weights(rng, bits, K, N, gs)
+    with record_launches() as launches:
+        y = quant_matmul(x, w, s, gs, bits, backend=backend)
+    check(y, R.quant_matmul(x, w, s, gs, bits), "float32", k=K, k_out=2)
+    names = [ln.jit.fn.__name__ for ln in launches]
+    assert names == ["quant_matmul_kernel", "sum_splits_kernel"], names
+    assert launches[0].kwargs["SPLIT_K"] == 3
 
 
 def test_quant_meta_gives_few_rows_long_strips():
