@@ -6,8 +6,8 @@ import pytest
 from kcases import DTYPES, check, rand
 from kdsl.backends import get_backend
 from kdsl.kernels import configs, quant_matmul
-from kdsl.kernels.configs import INF
 from kdsl.kernels import reference as R
+from kdsl.kernels.configs import INF
 
 from kdsl.runtime.launches import record_launches
 
