@@ -20,8 +20,11 @@ maps a sequence's logical block i to a cache block; seq_lens [batch] int32.  One
 of block_size tokens) per step, with the same online softmax.  On CPU profiles, where a query
 head group (heads // kv_heads) is at least `configs.DECODE_GROUP_MIN`, one program per
 (sequence, kv head) serves the whole group instead (`paged_decode_grouped_kernel`): each cache
-block is read once per group, and the scores and output are dots.  A sequence of length 0 gives
-a zero output.  NumPy tables are checked before the launch (a ValueError names the entry); device
+block is read once per group, and the scores and output are dots.  Where the (sequence, head)
+programs are fewer than the device runs at once (`configs.decode_splits`: the GPU profiles; a
+batch of 1 x 32 heads leaves most of 132 SMs idle) each sequence's blocks are walked in runs
+by a third grid axis and `decode_combine_kernel` rescales the runs' rows to their common
+maximum (flash-decoding).  A sequence of length 0 gives a zero output.  NumPy tables are checked before the launch (a ValueError names the entry); device
 tables (CuPy, OpenCL, torch CUDA) are not copied to the host for that, so a decode step does not
 synchronise: the kernel clamps a length to [0, max_blocks * block_size] and reads nothing
 through a block id outside the cache (those tokens are masked off).
@@ -121,9 +124,13 @@ def paged_block(k_ptr, v_ptr, table_ptr, seq, blk, seq_len, max_blocks, num_bloc
 
 
 @kd.jit
-def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, kv_heads, dim,
-                        max_blocks, num_blocks, scale, BLOCK_SIZE, BLOCK_T: kd.constexpr,
-                        BLOCK_D: kd.constexpr):
+def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, ml_ptr, heads,
+                        kv_heads, dim, max_blocks, num_blocks, scale, BLOCK_SIZE,
+                        BLOCK_T: kd.constexpr, BLOCK_D: kd.constexpr, SPLIT: kd.constexpr = 1):
+    # With SPLIT > 1 (flash-decoding) program (seq, head, r) walks the r-th of SPLIT runs of
+    # the sequence's blocks and stores its unnormalised float32 output row at o_ptr and its
+    # running max and sum at ml_ptr (unread otherwise), row (seq * heads + head) * SPLIT + r,
+    # for `decode_combine_kernel`.
     seq = kd.program_id(0).to(kd.int64)  # bases may pass 2**31 (kernels/_index.py)
     head = kd.program_id(1)
     kv_head = head // (heads // kv_heads)
@@ -139,7 +146,13 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, 
     l_i = 0.0
     acc = kd.zeros((BLOCK_D,), kd.float32)
     row_stride = kv_heads * dim  # elements between consecutive tokens of a cache block
-    for blk in range(kd.cdiv(seq_len, BLOCK_SIZE)):
+    blk_lo = 0
+    blk_hi = kd.cdiv(seq_len, BLOCK_SIZE)
+    if SPLIT > 1:
+        run = kd.cdiv(blk_hi, SPLIT)
+        blk_lo = kd.program_id(2) * run
+        blk_hi = kd.minimum(blk_hi, blk_lo + run)
+    for blk in range(blk_lo, blk_hi):
         t_mask, k, v = paged_block(k_ptr, v_ptr, table_ptr, seq, blk, seq_len, max_blocks,
                                    num_blocks, BLOCK_SIZE, row_stride, kv_head, dim, offs_t,
                                    offs_d)
@@ -150,8 +163,37 @@ def paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, heads, 
         l_i = l_i * alpha + kd.sum(p, axis=0)
         acc = acc * alpha + kd.sum(p[:, None] * v, axis=0)
         m_i = m_new
-    out = kd.where(l_i > 0.0, acc / kd.maximum(l_i, 1e-30), 0.0)
-    kd.store(o_ptr + (seq * heads + head) * dim + offs_d, out, mask=d_mask)
+    if SPLIT > 1:
+        part = (seq * heads + head) * SPLIT + kd.program_id(2)
+        kd.store(o_ptr + part * dim + offs_d, acc, mask=d_mask)
+        kd.store(ml_ptr + part * 2, m_i)
+        kd.store(ml_ptr + part * 2 + 1, l_i)
+    else:
+        out = kd.where(l_i > 0.0, acc / kd.maximum(l_i, 1e-30), 0.0)
+        kd.store(o_ptr + (seq * heads + head) * dim + offs_d, out, mask=d_mask)
+
+
+@kd.jit
+def decode_combine_kernel(part_ptr, ml_ptr, o_ptr, dim, SPLIT: kd.constexpr,
+                          BLOCK_S: kd.constexpr, BLOCK_D: kd.constexpr):
+    """Output row `program_id(0)` (sequence * heads + head) of a split decode: the runs'
+    unnormalised rows rescaled to their common maximum and divided by the common sum; a run
+    that saw no token (max -inf, sum 0) weighs nothing, and a sequence of length 0 gives 0."""
+    row = kd.program_id(0).to(kd.int64)
+    offs_s = kd.arange(0, BLOCK_S)
+    offs_d = kd.arange(0, BLOCK_D)
+    s_mask = offs_s < SPLIT
+    d_mask = offs_d < dim
+    m = kd.load(ml_ptr + (row * SPLIT + offs_s) * 2, mask=s_mask, other=-float("inf"))
+    l = kd.load(ml_ptr + (row * SPLIT + offs_s) * 2 + 1, mask=s_mask, other=0.0)
+    parts = kd.load(part_ptr + (row * SPLIT + offs_s)[:, None] * dim + offs_d[None, :],
+                    mask=s_mask[:, None] & d_mask[None, :], other=0.0)
+    m_all = kd.max(m, axis=0)
+    w = kd.where(l > 0.0, kd.exp(m - m_all), 0.0)
+    l_all = kd.sum(w * l, axis=0)
+    acc = kd.sum(w[:, None] * parts, axis=0)
+    out = kd.where(l_all > 0.0, acc / kd.maximum(l_all, 1e-30), 0.0)
+    kd.store(o_ptr + row * dim + offs_d, out, mask=d_mask)
 
 
 @kd.jit
@@ -293,11 +335,23 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_l
             BLOCK_G=next_pow2(group), BLOCK_T=next_pow2(BS), BLOCK_D=max(16, next_pow2(D)),
             backend=be, **meta)
         return result(out)
-    paged_decode_kernel[(B, H)](q_.kernel_arg, kc.kernel_arg, vc.kernel_arg, table.data,
-                                lens.data, out.kernel_arg, H, KVH, D, max(1, max_blocks), NB, s,
-                                BS,
-                                BLOCK_T=next_pow2(BS), BLOCK_D=max(16, next_pow2(D)),
-                                backend=be, **meta)
+    args = (q_.kernel_arg, kc.kernel_arg, vc.kernel_arg, table.data, lens.data)
+    blocks = dict(BLOCK_T=next_pow2(BS), BLOCK_D=max(16, next_pow2(D)))
+    split = configs.decode_splits(be, B * H, max_blocks)
+    if split > 1:
+        # few (sequence, head) programs for the device: the blocks of each sequence are
+        # walked in `split` runs, combined by a second kernel (flash-decoding)
+        part, ml = empty(q_, (B * H * split, D), "float32"), empty(q_, (B * H * split, 2),
+                                                                  "float32")
+        paged_decode_kernel[(B, H, split)](*args, part.kernel_arg, ml.kernel_arg, H, KVH, D,
+                                           max(1, max_blocks), NB, s, BS, SPLIT=split,
+                                           backend=be, **blocks, **meta)
+        decode_combine_kernel[(B * H,)](part.kernel_arg, ml.kernel_arg, out.kernel_arg, D,
+                                        SPLIT=split, BLOCK_S=next_pow2(split),
+                                        BLOCK_D=blocks["BLOCK_D"], backend=be, **meta)
+        return result(out)
+    paged_decode_kernel[(B, H)](*args, out.kernel_arg, out.kernel_arg, H, KVH, D,
+                                max(1, max_blocks), NB, s, BS, backend=be, **blocks, **meta)
     return result(out)
 
 

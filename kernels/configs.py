@@ -303,6 +303,29 @@ DECODE["simt-cpu"] = [(INF, {"num_warps": 1})]
 DECODE_GROUP_MIN: dict[str, int] = {"cpu": 2}
 
 
+# Flash-decoding: where the (sequence, head) programs of a decode step are fewer than the
+# profile's PROGRAMS (a GPU's SMs with room to spare: batch 1 x 32 heads on 132 SMs), each
+# sequence's cache blocks are walked in runs of at least MIN_BLOCKS blocks by up to MAX_SPLIT
+# programs and combined by a second kernel; {}: no split (the CPU profiles, whose threads the
+# heads already outnumber).
+DECODE_SPLIT: dict[str, dict[str, int]] = {
+    "default": {"PROGRAMS": 264, "MAX_SPLIT": 16, "MIN_BLOCKS": 4},
+    "cpu": {},
+    "tile": {},
+    "simt-cpu": {},
+}
+
+
+def decode_splits(backend: str, programs: int, max_blocks: int) -> int:
+    """Runs of a sequence's cache blocks for `programs` (sequence, head) programs whose block
+    tables hold `max_blocks` blocks (1: no split)."""
+    row = _row(DECODE_SPLIT, backend)
+    if not row or programs >= row["PROGRAMS"]:
+        return 1
+    return max(1, min(row["MAX_SPLIT"], -(-row["PROGRAMS"] // programs),
+                      max_blocks // row["MIN_BLOCKS"]))
+
+
 def decode_grouped(backend: str, group: int) -> bool:
     """Whether decode_attention on `backend` runs the grouped kernel for `group` query heads
     per kv head."""

@@ -113,6 +113,26 @@ def test_decode_grouped_kernel_on_every_backend(backend, rng, dtype, monkeypatch
     assert (R.to_float64(o)[2] == 0).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_split_over_the_sequence(backend, rng, dtype, monkeypatch):
+    """Flash-decoding (configs.decode_splits, the GPU profiles' few-program shapes), forced
+    on every backend: runs of each sequence's blocks, combined by a second kernel; an empty
+    sequence, runs that see no token (a short sequence split in 3) and a ragged last run."""
+    skip_heavy(backend, dtype)
+    monkeypatch.setattr(configs, "DECODE_SPLIT", {"default": {"PROGRAMS": 64, "MAX_SPLIT": 3,
+                                                              "MIN_BLOCKS": 1}})
+    monkeypatch.setattr(configs, "DECODE_GROUP_MIN", {})
+    kc, vc, table, lens = paged(rng, dtype, [5, 40, 0, 33], kv_heads=2)
+    q = rand(rng, (4, 4, 20), dtype)
+    with record_launches() as launches:
+        o = decode_attention(q, kc, vc, table, lens, backend=backend)
+    assert [ln.jit.fn.__name__ for ln in launches] == ["paged_decode_kernel",
+                                                       "decode_combine_kernel"]
+    assert launches[0].kwargs["SPLIT"] == 3
+    check(o, R.decode_attention(q, kc, vc, table, lens), dtype, k=40, k_out=2)
+    assert (R.to_float64(o)[2] == 0).all()
+
+
 def test_decode_bad_inputs(rng):
     kc, vc, table, lens = paged(rng, "float32", [5, 40])
     q = np.zeros((2, 4, 20), np.float32)

@@ -60,3 +60,33 @@ def test_grouped_decode_in_the_simulator(cudasim, monkeypatch):
     q = rng.standard_normal((2, 6, 16)).astype(np.float16)
     o = decode_attention(q, kc, vc, table, lens, backend=cudasim)
     assert_close(o, R.decode_attention(q, kc, vc, table, lens), k=19, k_out=2)
+
+
+def test_split_decode_in_the_simulator(cudasim, monkeypatch):
+    """Flash-decoding on the CUDA lowering (runs of 2 blocks, a ragged and an empty run, a
+    sequence of length 0) and the quant kernel split over K, against float64 references."""
+    from kdsl.kernels import configs, decode_attention, quant_matmul
+    from kdsl.kernels import reference as R
+
+    from kdsl.runtime.launches import record_launches
+    from kdsl.testing import assert_close
+
+    monkeypatch.setenv("KDSL_AUTOTUNE", "0")
+    monkeypatch.setattr(configs, "DECODE_SPLIT", {"default": {"PROGRAMS": 64, "MAX_SPLIT": 3,
+                                                              "MIN_BLOCKS": 2}})
+    rng = np.random.default_rng(4)
+    kc, vc = (rng.standard_normal((8, 4, 2, 16)).astype(np.float16) for _ in range(2))
+    table = np.array([[0, 3, 5, 7, 1, 2], [4, 6, 0, 0, 0, 0]], np.int32)
+    lens = np.array([22, 0], np.int32)
+    q = rng.standard_normal((2, 2, 16)).astype(np.float16)
+    with record_launches() as launches:
+        o = decode_attention(q, kc, vc, table, lens, backend=cudasim)
+    assert [ln.kwargs.get("SPLIT") for ln in launches] == [3, 3]
+    assert_close(o, R.decode_attention(q, kc, vc, table, lens), k=22, k_out=2)
+    x = rng.standard_normal((3, 128)).astype(np.float16)
+    w = rng.integers(0, 256, (64, 64)).astype(np.uint8)
+    sc = (rng.random((4, 64)) * 0.05 + 0.01).astype(np.float32)
+    with record_launches() as launches:
+        y = quant_matmul(x, w, sc, 32, 4, backend=cudasim)
+    assert [ln.jit.fn.__name__ for ln in launches] == ["quant_matmul_kernel", "sum_splits_kernel"]
+    assert_close(y, R.quant_matmul(x, w, sc, 32, 4), k=128, k_out=2)
