@@ -6,7 +6,9 @@ only (no host copies inside a timing), CUDA-event medians of repeated runs.
 Ceilings measured in the same run: a device-to-device copy (bytes read + written) and a bf16
 `torch.matmul` at 8192^3.  Cases: matmul fp16/bf16 4096^3 (cuBLAS through CuPy and torch, and
 the Triton persistent matmul), flash attention [4, 32, 2048, 128] causal and not (torch SDPA,
-Triton fused attention), softmax / layer_norm / rms_norm (torch, Triton).  Every case runs in
+Triton fused attention), softmax / layer_norm / rms_norm (torch, Triton), and a decode step:
+paged attention of one sequence and the int4 matmul of one token, each against itself with
+its split (flash-decoding, split-K) turned off.  Every case runs in
 its own try block: a failure is reported in its row and the run goes on.  The table comes last:
 time, TFLOP/s or GB/s, the best peer and the ratio peer time / kdsl time (> 1: kdsl faster),
 and kdsl's fraction of the measured ceiling.
@@ -194,7 +196,68 @@ def bench(quick: bool) -> tuple[list[Row], dict[str, float]]:
             _try(row, "torch", lambda x=x, w=w: cuda_ms(
                 lambda: torch.nn.functional.rms_norm(x, (C,), w, 1e-6)))
         rows.append(row)
+    rows += _decode_rows(quick)
     return rows, ceil
+
+
+def _unsplit(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """`fn` run with the GPU profiles' splits off (configs.QUANT_SPLIT_K, DECODE_SPLIT): the
+    same kernels over whole sequences and whole K, the yardstick of the splits."""
+    from kdsl.kernels import configs
+
+    def run() -> Any:
+        saved = configs.QUANT_SPLIT_K, configs.DECODE_SPLIT
+        configs.QUANT_SPLIT_K = configs.DECODE_SPLIT = {"default": {}}
+        try:
+            return fn()
+        finally:
+            configs.QUANT_SPLIT_K, configs.DECODE_SPLIT = saved
+    return run
+
+
+def _decode_rows(quick: bool) -> list[Row]:
+    """A decode step: paged attention for one sequence and the int4 weight-only matmul of one
+    token (GB/s of the bytes each must read), with and without their splits."""
+    import cupy as cp
+    import kdsl.kernels as K
+
+    rows: list[Row] = []
+    rng = cp.random.default_rng(0)
+    H, KVH, D, BS = 32, 8, 128, 16
+    S = 4096 if not quick else 512
+    nb = S // BS
+    row = Row(f"decode fp16 B1 H{H} KVH{KVH} S{S} D{D}", "GB/s", 2 * S * KVH * D * 2)
+    try:
+        kc = rng.standard_normal((nb, BS, KVH, D), dtype=cp.float32).astype(cp.float16)
+        vc = rng.standard_normal((nb, BS, KVH, D), dtype=cp.float32).astype(cp.float16)
+        q = rng.standard_normal((1, H, D), dtype=cp.float32).astype(cp.float16)
+        table = cp.arange(nb, dtype=cp.int32).reshape(1, nb)
+        lens = cp.array([S], dtype=cp.int32)
+        call = lambda: K.decode_attention(q, kc, vc, table, lens)  # noqa: E731
+        ref = _unsplit(call)()
+        row.error += f"split vs whole {rel_err(call(), ref):.1e}; "
+        _try(row, "kdsl", lambda: cuda_ms(call))
+        _try(row, "kdsl unsplit", lambda: cuda_ms(_unsplit(call)))
+    except Exception as e:
+        traceback.print_exc()
+        row.error += f"setup: {type(e).__name__}: {str(e)[:120]}; "
+    rows.append(row)
+    Kd = N = 4096 if not quick else 1024
+    w = rng.integers(0, 256, (Kd // 2, N), dtype=cp.uint8)
+    sc = (rng.random((Kd // 128, N), dtype=cp.float32) * 0.01).astype(cp.float16)
+    row = Row(f"quant int4 M=1 K=N={Kd} fp16", "GB/s", w.nbytes + sc.nbytes)
+    try:
+        x = rng.standard_normal((1, Kd), dtype=cp.float32).astype(cp.float16)
+        call = lambda: K.quant_matmul(x, w, sc, 128, 4)  # noqa: E731
+        ref = _unsplit(call)()
+        row.error += f"split vs whole {rel_err(call(), ref):.1e}; "
+        _try(row, "kdsl", lambda: cuda_ms(call))
+        _try(row, "kdsl unsplit", lambda: cuda_ms(_unsplit(call)))
+    except Exception as e:
+        traceback.print_exc()
+        row.error += f"setup: {type(e).__name__}: {str(e)[:120]}; "
+    rows.append(row)
+    return rows
 
 
 def _tensor_values(out: Any) -> Any:
