@@ -50,9 +50,16 @@ def _calls(dtype: str):
     yield "decode", lambda: K.decode_attention(
         r(2, 4, 64), r(8, 16, 2, 64), r(8, 16, 2, 64), table, np.array([30, 64], np.int32),
         backend="cuda")
+    long_table = np.arange(32, dtype=np.int32).reshape(2, 16)
+    yield "decode_split", lambda: K.decode_attention(  # flash-decoding: 16 blocks, 4 runs
+        r(2, 4, 64), r(32, 16, 2, 64), r(32, 16, 2, 64), long_table,
+        np.array([250, 64], np.int32), backend="cuda")
     for bits, w in ((8, np.zeros((64, 32), np.int8)), (4, np.zeros((32, 32), np.uint8))):
         yield f"quant_int{bits}", lambda bits=bits, w=w: K.quant_matmul(
             r(8, 64), w, np.ones((2, 32), np.float32), 32, bits, backend="cuda")
+    for bits, w in ((8, np.zeros((256, 32), np.int8)), (4, np.zeros((128, 32), np.uint8))):
+        yield f"quant_int{bits}_split_k", lambda bits=bits, w=w: K.quant_matmul(
+            r(8, 256), w, np.ones((8, 32), np.float32), 32, bits, backend="cuda")
     layout = np.array([[True, False], [True, True]])
     for block in (32, 128):
         yield f"block_sparse_{block}", lambda block=block: K.block_sparse_matmul(
