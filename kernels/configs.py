@@ -193,9 +193,10 @@ QUANT["simt-cpu"] = [(bound, {**meta, "num_warps": 1}) for bound, meta in QUANT[
 # keyed by M: the CPU dot evaluates the dequantised weights where its FMA loop reads them
 # (kdsl/lowering/dot_cpu.py `row_shape`), so the tile holds no dequantised copy and may span
 # long strips of each weight row, as the M = 1 matvec's do: 2048 columns (narrowed to the
-# device's parallelism by `quant_meta`), 32 rows of k per step.  int8, K = N = 4096, two
-# threads, cold, Emerald Rapids (2026-12-07): M = 2 / 4 / 8 / 16 in 1.26 / 1.33 / 2.05 / 3.47
-# ms, against 2.28 / 2.84 / 4.89 / 4.19 with the 64 x 128 x 64 tiles of `QUANT`.
+# device's parallelism by `_strips`), 32 rows of k per step, each scale group's sum scaled
+# once (kernels/quant.py `quant_rows_kernel`).  int8, K = N = 4096, two threads, cold,
+# Emerald Rapids (2026-12-07): M = 2 / 4 / 8 / 16 in 0.97 / 1.08 / 1.71 / 3.08 ms, against
+# 1.99 / 2.16 / 2.90 / 4.75 with the 64 x 128 x 64 tiles of `QUANT` (benchmarks/RESULTS.md).
 QUANT_FEW_ROWS: dict[str, list[Row]] = {
     "default": [(INF, {})],
     "cpu": [(16, {"BLOCK_N": 2048, "BLOCK_K": 32, "num_warps": 1}), (INF, {})],
@@ -229,9 +230,9 @@ def _strips(meta: dict[str, Any], backend: str, N: int) -> dict[str, Any]:
 def quant_rows_meta(backend: str, M: int, N: int, group_size: int) -> dict[str, Any]:
     """The meta of `quant_rows_kernel` (a few rows on one-thread CPU targets, scaled once per
     group) for M x N outputs, or {}: no `QUANT_FEW_ROWS` row for M, or a group size that is
-    not a multiple of the table's BLOCK_K.  16-bit activations too, where
-    a matrix unit would take the dequantising kernel's dot (its tiles are 16 rows: 4 rows of
-    bfloat16 x ran the FMA fallback with the dequantised tile, 2.5 ms against 1.0 here)."""
+    not a multiple of the table's BLOCK_K.  16-bit activations too, where a matrix unit
+    would take the dequantising kernel's dot (its tiles are 16 rows: 4 rows of bfloat16 x
+    ran the FMA fallback with the dequantised tile, 2.5 ms against 1.0 here)."""
     few = pick(QUANT_FEW_ROWS, backend, M)
     if not few or group_size % few["BLOCK_K"]:
         return {}
@@ -268,6 +269,7 @@ def quant_meta(backend: str, M: int, N: int, dtype: str) -> dict[str, Any]:
     meta = fit_rows(pick(QUANT, backend, M * N), M, backend)
     few = {} if matrix_unit(backend, dtype) else pick(QUANT_FEW_ROWS, backend, M)
     return {**meta, **_strips(few, backend, N)} if few else meta
+
 
 ATTENTION: dict[str, list[Row]] = {
     # size = seq_q

@@ -429,14 +429,13 @@ def cpu_dot(L: LoweringContext, op: tile.Op, fallback: Callable) -> None:
         fma = For(j, ix.c32(0), ix.c32(NR), ix.c32(1),
                   [Comment(SIMD_HINT),
                    ArrayStore(blk, k_at, Fma(x, Index(B, b_at), Index(blk, k_at)))])
-        rows: Stmt | list[Stmt] = For(i, ix.c32(0), ix.c32(mr), ix.c32(1),
-                                      [Assign(x, Index(A, a_at)), fma])
+        rows: list[Stmt] = [For(i, ix.c32(0), ix.c32(mr), ix.c32(1),
+                                [Assign(x, Index(A, a_at)), fma])]
         if b_row:
-            rows = [*_b_row(L, b, B, t, kk, n0, j, N), rows]
+            rows = _b_row(L, b, B, t, kk, n0, j, N) + rows
         # unrolled by 4 (ROLLED_HINT): LLVM left it rolled, 5 instructions of loop control
         # per 24 FMAs and 10 loads; one Emerald Rapids core, 2048^3: 128-129 -> 121-122 ms
-        kloop = For(kk, ix.c32(0), ix.c32(K), ix.c32(1),
-                    [Comment(loop.ROLLED_HINT), *(rows if isinstance(rows, list) else [rows])])
+        kloop = For(kk, ix.c32(0), ix.c32(K), ix.c32(1), [Comment(loop.ROLLED_HINT), *rows])
         # m0 outside n0: an mr-row panel of a (mr * K floats) stays in L1 while the NR-column
         # panels of b stream past it (n0 outside measured ~1.4x slower at 1024^3).
         return For(m0, ix.c32(lo), ix.c32(hi), ix.c32(mr),
