@@ -210,6 +210,17 @@ def bench_norms(o, torch) -> None:
         TARGETS["norms"], o.rounds, _close(1e-4, 1e-4), nbytes=2 * x.nbytes)
 
 
+def _cold_ms(call: Callable[[], object], sweep: np.ndarray, rounds: int) -> float:
+    """Median ms of `call` with the caches swept (a write of `sweep`, untimed) before each."""
+    times = []
+    for _ in range(rounds):
+        sweep += 1
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
 def bench_quant(o, torch) -> None:
     """The weights read cold (a 64 MiB write, untimed, before each call: decoding streams a
     model larger than the cache) against the bandwidth limit, and warm (back-to-back calls,
@@ -225,13 +236,7 @@ def bench_quant(o, torch) -> None:
     call = lambda: K.quant_matmul(x, wq, sc, 128, 4, backend="llvm")  # noqa: E731
     warm = statistics.median(round_times({"kdsl": call}, o.rounds)["kdsl"])
     sweep = np.ones(64 << 20, np.uint8)
-    cold_times = []
-    for _ in range(o.rounds):
-        sweep += 1
-        t0 = time.perf_counter()
-        call()
-        cold_times.append((time.perf_counter() - t0) * 1e3)
-    ms = statistics.median(cold_times)
+    ms = _cold_ms(call, sweep, o.rounds)
     print(f"{'quant int4 M=1 K=N=4096':34s} kdsl {ms:8.2f} ms cold ({warm:.2f} warm)  "
           f"bandwidth limit {limit_ms:.3f} ms (copy {gbs:.1f} GB/s)  | {ms / limit_ms:.1f}x the "
           f"limit  {'met' if ms <= 2 * limit_ms else 'missed'} (<= 2x)", flush=True)
@@ -243,13 +248,7 @@ def bench_quant(o, torch) -> None:
             xm = _f32(M, K_)
             call = lambda: K.quant_matmul(xm, w, sc, 128, bits, backend="llvm")  # noqa: E731
             call()
-            cold_times = []
-            for _ in range(o.rounds):
-                sweep += 1
-                t0 = time.perf_counter()
-                call()
-                cold_times.append((time.perf_counter() - t0) * 1e3)
-            ms = statistics.median(cold_times)
+            ms = _cold_ms(call, sweep, o.rounds)
             print(f"{f'quant int{bits} M={M} K=N=4096':34s} kdsl {ms:8.2f} ms cold  "
                   f"bandwidth limit {limit_ms:.3f} ms  | {ms / limit_ms:.1f}x the limit  "
                   f"(no target)", flush=True)

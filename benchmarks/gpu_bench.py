@@ -215,49 +215,51 @@ def _unsplit(fn: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
+def _split_row(row: Row, setup: Callable[[], Callable[[], Any]]) -> Row:
+    """`row` timed for the call `setup()` makes, with its split and without (`_unsplit`), and
+    the two results' difference; a failure is the row's error."""
+    try:
+        call = setup()
+        ref = _unsplit(call)()
+        row.error += f"split vs whole {rel_err(call(), ref):.1e}; "
+        _try(row, "kdsl", lambda: cuda_ms(call))
+        _try(row, "kdsl unsplit", lambda: cuda_ms(_unsplit(call)))
+    except Exception as e:
+        traceback.print_exc()
+        row.error += f"setup: {type(e).__name__}: {str(e)[:120]}; "
+    return row
+
+
 def _decode_rows(quick: bool) -> list[Row]:
     """A decode step: paged attention for one sequence and the int4 weight-only matmul of one
     token (GB/s of the bytes each must read), with and without their splits."""
     import cupy as cp
     import kdsl.kernels as K
 
-    rows: list[Row] = []
     rng = cp.random.default_rng(0)
+    half = lambda *shape: rng.standard_normal(shape, dtype=cp.float32).astype(cp.float16)  # noqa: E731
     H, KVH, D, BS = 32, 8, 128, 16
     S = 4096 if not quick else 512
     nb = S // BS
-    row = Row(f"decode fp16 B1 H{H} KVH{KVH} S{S} D{D}", "GB/s", 2 * S * KVH * D * 2)
-    try:
-        kc = rng.standard_normal((nb, BS, KVH, D), dtype=cp.float32).astype(cp.float16)
-        vc = rng.standard_normal((nb, BS, KVH, D), dtype=cp.float32).astype(cp.float16)
-        q = rng.standard_normal((1, H, D), dtype=cp.float32).astype(cp.float16)
+
+    def decode() -> Callable[[], Any]:
+        kc, vc, q = half(nb, BS, KVH, D), half(nb, BS, KVH, D), half(1, H, D)
         table = cp.arange(nb, dtype=cp.int32).reshape(1, nb)
         lens = cp.array([S], dtype=cp.int32)
-        call = lambda: K.decode_attention(q, kc, vc, table, lens)  # noqa: E731
-        ref = _unsplit(call)()
-        row.error += f"split vs whole {rel_err(call(), ref):.1e}; "
-        _try(row, "kdsl", lambda: cuda_ms(call))
-        _try(row, "kdsl unsplit", lambda: cuda_ms(_unsplit(call)))
-    except Exception as e:
-        traceback.print_exc()
-        row.error += f"setup: {type(e).__name__}: {str(e)[:120]}; "
-    rows.append(row)
+        return lambda: K.decode_attention(q, kc, vc, table, lens)
+
     Kd = N = 4096 if not quick else 1024
     w = rng.integers(0, 256, (Kd // 2, N), dtype=cp.uint8)
     sc = (rng.random((Kd // 128, N), dtype=cp.float32) * 0.01).astype(cp.float16)
-    row = Row(f"quant int4 M=1 K=N={Kd} fp16", "GB/s", w.nbytes + sc.nbytes)
-    try:
-        x = rng.standard_normal((1, Kd), dtype=cp.float32).astype(cp.float16)
-        call = lambda: K.quant_matmul(x, w, sc, 128, 4)  # noqa: E731
-        ref = _unsplit(call)()
-        row.error += f"split vs whole {rel_err(call(), ref):.1e}; "
-        _try(row, "kdsl", lambda: cuda_ms(call))
-        _try(row, "kdsl unsplit", lambda: cuda_ms(_unsplit(call)))
-    except Exception as e:
-        traceback.print_exc()
-        row.error += f"setup: {type(e).__name__}: {str(e)[:120]}; "
-    rows.append(row)
-    return rows
+
+    def quant() -> Callable[[], Any]:
+        x = half(1, Kd)
+        return lambda: K.quant_matmul(x, w, sc, 128, 4)
+
+    return [_split_row(Row(f"decode fp16 B1 H{H} KVH{KVH} S{S} D{D}", "GB/s",
+                           2 * S * KVH * D * 2), decode),
+            _split_row(Row(f"quant int4 M=1 K=N={Kd} fp16", "GB/s", w.nbytes + sc.nbytes),
+                       quant)]
 
 
 def _tensor_values(out: Any) -> Any:
